@@ -1,0 +1,143 @@
+//! Pool configuration (what `create` formats) and runtime options.
+
+use crate::device::{Device, FileDevice, Media, OpenOptions};
+use crate::error::{Error, Result};
+use crate::format::Mode;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// One device of a pool: a path (file or block device) or an already-open device.
+#[derive(Clone)]
+pub enum DeviceSpec {
+    /// A file or raw block device; `create_size` creates a file of that size if it does not exist.
+    Path {
+        /// Where it is.
+        path: PathBuf,
+        /// Size for a file that does not exist yet.
+        create_size: Option<u64>,
+    },
+    /// A device object (e.g. a [`crate::device::MemDevice`] in tests).
+    Device(Arc<dyn Device>),
+}
+
+impl std::fmt::Debug for DeviceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceSpec::Path { path, create_size } => write!(f, "{}{:?}", path.display(), create_size),
+            DeviceSpec::Device(d) => write!(f, "{}", d.info().path),
+        }
+    }
+}
+
+impl DeviceSpec {
+    /// A path to an existing file or block device.
+    pub fn path(p: impl Into<PathBuf>) -> DeviceSpec {
+        DeviceSpec::Path { path: p.into(), create_size: None }
+    }
+
+    /// A file path, created with `size` bytes if it does not exist.
+    pub fn file(p: impl Into<PathBuf>, size: u64) -> DeviceSpec {
+        DeviceSpec::Path { path: p.into(), create_size: Some(size) }
+    }
+
+    pub(crate) fn open(&self, io: &IoChoice) -> Result<Arc<dyn Device>> {
+        match self {
+            DeviceSpec::Device(d) => Ok(d.clone()),
+            DeviceSpec::Path { path, create_size } => {
+                let opts = OpenOptions {
+                    create_size: *create_size,
+                    force_pread: io.force_pread,
+                    force_buffered: io.force_buffered,
+                };
+                let dev = FileDevice::open(path, &opts)
+                    .map_err(|e| Error::io(&path.display().to_string(), "opening the device", e))?;
+                Ok(Arc::new(dev))
+            }
+        }
+    }
+}
+
+/// I/O mechanism overrides (normally automatic).
+#[derive(Clone, Debug, Default)]
+pub struct IoChoice {
+    /// Use pread/pwrite even if io_uring works.
+    pub force_pread: bool,
+    /// Do not use `O_DIRECT` (testing only: data then goes through the page cache).
+    pub force_buffered: bool,
+}
+
+/// The devices of a pool and, for `create`, its geometry.
+#[derive(Clone, Debug, Default)]
+pub struct PoolConfig {
+    /// Fast-tier device (SCM-class write pad). `None` = capacity-only or SCM-only.
+    pub fast: Option<DeviceSpec>,
+    /// Capacity-tier devices (at least one).
+    pub capacity: Vec<DeviceSpec>,
+    /// Configuration family; `None` = derived (fast given → tiered; capacity media SCM → scm-only; else capacity-only).
+    pub mode: Option<Mode>,
+    /// Segment size in bytes (default: 256 KiB, or 8 KiB for scm-only).
+    pub segment_size: Option<u32>,
+    /// LBand size in bytes (default: 64 MiB, at least 16 segments, at most 1/16 of the smallest capacity device).
+    pub band_size: Option<u64>,
+    /// Write pad size on the fast tier (default: 1/4 of the fast device, at most 1 GiB, at least 32 MiB).
+    pub pad_size: Option<u64>,
+    /// Size of one index checkpoint slot (default: the rest of the fast device split in two;
+    /// without a fast tier, 1/32 of the first capacity device each).
+    pub checkpoint_size: Option<u64>,
+    /// Indirection unit to align segments to (default: from the media: 64 KiB for QLC, else 4 KiB).
+    pub iu: Option<u32>,
+    /// Override of the capacity media class recorded at create.
+    pub capacity_media: Option<Media>,
+    /// I/O mechanism overrides.
+    pub io: IoChoice,
+}
+
+impl PoolConfig {
+    /// A tiered pool: `fast` as write pad, `capacity` as the log.
+    pub fn tiered(fast: DeviceSpec, capacity: DeviceSpec) -> PoolConfig {
+        PoolConfig { fast: Some(fast), capacity: vec![capacity], ..Default::default() }
+    }
+
+    /// A pool with a capacity device only.
+    pub fn capacity_only(capacity: DeviceSpec) -> PoolConfig {
+        PoolConfig { capacity: vec![capacity], mode: Some(Mode::CapacityOnly), ..Default::default() }
+    }
+
+    /// A pool on one SCM device.
+    pub fn scm_only(dev: DeviceSpec) -> PoolConfig {
+        PoolConfig { capacity: vec![dev], mode: Some(Mode::ScmOnly), ..Default::default() }
+    }
+}
+
+/// Runtime tuning; none of it is persisted.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Write an index checkpoint after this many bytes reach the capacity tier (0 = only at close).
+    pub checkpoint_interval: u64,
+    /// Start GC when free bands drop to this many (0 = automatic: max(4, bands/16)).
+    pub gc_low_bands: u32,
+    /// Largest group-commit batch in bytes.
+    pub max_batch_bytes: usize,
+    /// Expected number of keys (pre-sizes the index).
+    pub expected_keys: usize,
+    /// Record latency histograms (a few tens of ns per operation).
+    pub histograms: bool,
+    /// Run background GC (tests may turn it off and call [`crate::Db::gc_once`]).
+    pub background_gc: bool,
+    /// Write a checkpoint on close.
+    pub checkpoint_on_close: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            checkpoint_interval: 4 << 30,
+            gc_low_bands: 0,
+            max_batch_bytes: 1 << 20,
+            expected_keys: 0,
+            histograms: true,
+            background_gc: true,
+            checkpoint_on_close: true,
+        }
+    }
+}

@@ -1,0 +1,1368 @@
+//! The engine: public API, group commit, placement into segments, reads.
+//!
+//! Write path (tiered): a caller encodes its record, queues it and either waits
+//! or becomes the *leader*. The leader takes everything queued, reserves room on
+//! the fast-tier pad, places each record in the open DRAM segment (its final
+//! capacity-tier address is known at once), writes the whole group to the pad
+//! with one aligned write, copies the records into the segment buffers, updates
+//! the index and acknowledges. Full segments go to the single writer thread,
+//! which writes them sequentially to the open band and then lets the pad space
+//! go. Capacity-only mode skips the pad and has the writer flush the dirty tail
+//! of the open segment before acknowledging.
+
+use crate::config::{Options, PoolConfig};
+use crate::device::{round_down64, round_up, AlignedBuf, Device};
+use crate::error::{Error, Result};
+use crate::format::*;
+use crate::index::{digest, Digest, Index};
+use crate::layout::Layout;
+use crate::pool::{self, Pool};
+use crate::stats::{ld, Counters, DeviceStats, Histos, Op, Stats};
+use crate::writer::{self, WMsg};
+use crossbeam_channel::Sender;
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------------------
+// Shared state
+
+/// State of one LBand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BandState {
+    Free,
+    /// Receiving segments (exactly one band at a time).
+    Open,
+    /// Full or closed; may still have segments in flight to the writer.
+    Sealed,
+    /// Being emptied by GC.
+    Victim,
+    /// GC found an unreadable live record here; kept out of GC so nothing is lost silently.
+    Pinned,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct BandInfo {
+    pub state: BandState,
+    /// Segment sequence number of the band's first segment (incarnation id).
+    pub first_seq: u64,
+    /// Slots durably written.
+    pub written_slots: u64,
+    /// Segments created in this band not yet durable.
+    pub inflight: u32,
+}
+
+pub(crate) struct BandTable {
+    pub bands: Vec<BandInfo>,
+    pub free: VecDeque<u32>,
+}
+
+impl BandTable {
+    pub fn free_count(&self) -> u32 {
+        self.free.len() as u32
+    }
+}
+
+/// A segment held in DRAM: the open one and those queued for the writer.
+pub(crate) struct SegBuf {
+    pub size: usize,
+    pub slot: u64,
+    pub nslots: u32,
+    pub seq: u64,
+    pub band: u32,
+    pub data: RwLock<AlignedBuf>,
+}
+
+pub(crate) struct OpenSeg {
+    pub buf: Arc<SegBuf>,
+    pub used: usize,
+    pub entries: Vec<SummaryEntry>,
+    pub min_seq: u64,
+    pub max_seq: u64,
+    /// Bytes from the start already durable on the device (capacity-only partial flushes).
+    pub flushed: usize,
+}
+
+impl OpenSeg {
+    fn size(&self) -> usize {
+        self.buf.size
+    }
+}
+
+pub(crate) struct WriteState {
+    pub open: Option<OpenSeg>,
+    pub to_seal: Vec<OpenSeg>,
+    pub next_seq: u64,
+    pub next_seg: u64,
+    pub cur_band: Option<u32>,
+    pub next_sib: u64,
+}
+
+/// Class of a write, which decides how much reserve space it may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    User,
+    Delete,
+    Gc,
+    Replay,
+}
+
+impl Class {
+    fn reserve_bands(self) -> u32 {
+        match self {
+            Class::User => 2,
+            Class::Delete => 1,
+            Class::Gc | Class::Replay => 0,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Put,
+    Delete,
+    /// GC move: applied only if the index still points at `old`.
+    Relocate(Loc),
+    /// Pad replay at open: always applied.
+    Replay,
+}
+
+pub(crate) struct PRec {
+    pub digest: Digest,
+    /// Encoded record (seq and seg tag are stamped by the leader, except for moves).
+    pub bytes: Vec<u8>,
+    pub kind: Kind,
+}
+
+pub(crate) enum Outcome {
+    /// Applied; the number of deletes that found their key.
+    Done(u32),
+    /// Not enough space for this class; the caller waits for GC and resubmits.
+    Stalled,
+    Failed(String),
+}
+
+pub(crate) struct Req {
+    pub recs: Vec<PRec>,
+    pub class: Class,
+    done: Mutex<Option<Outcome>>,
+    cv: Condvar,
+}
+
+impl Req {
+    pub fn new(recs: Vec<PRec>, class: Class) -> Arc<Req> {
+        Arc::new(Req { recs, class, done: Mutex::new(None), cv: Condvar::new() })
+    }
+    fn complete(&self, o: Outcome) {
+        *self.done.lock() = Some(o);
+        self.cv.notify_all();
+    }
+    fn wait(&self) -> Outcome {
+        let mut g = self.done.lock();
+        loop {
+            if let Some(o) = g.take() {
+                return o;
+            }
+            self.cv.wait(&mut g);
+        }
+    }
+}
+
+struct Queue {
+    reqs: Vec<Arc<Req>>,
+    leader: bool,
+}
+
+/// The fast-tier write pad: a ring of 4 KiB-aligned group-commit batches.
+pub(crate) struct PadRing {
+    pub dev: Arc<dyn Device>,
+    pub base: u64,
+    pub size: u64,
+    pub hdr_off: u64,
+    pub st: Mutex<PadState>,
+    pub cv: Condvar,
+}
+
+pub(crate) struct PadState {
+    /// Virtual (ever-growing) offsets; physical = base + virt % size.
+    pub head: u64,
+    pub tail: u64,
+    pub next_batch: u64,
+    /// (segment seq, virt of the first batch with records in it) for segments not yet durable.
+    pub marks: VecDeque<(u64, u64)>,
+    /// A batch reserved but not yet attached to segments.
+    pub pending: Option<u64>,
+    /// Start of the pad region being replayed at open; held until replay is re-persisted.
+    pub hold: Option<u64>,
+    /// (virt, batch seq) of batches written, for the header's tail_batch_seq.
+    pub batches: VecDeque<(u64, u64)>,
+    pub hdr_seq: u64,
+}
+
+impl PadState {
+    /// Oldest pad position still needed.
+    pub fn needed_from(&self) -> u64 {
+        let mut t = self.head;
+        if let Some(&(_, v)) = self.marks.front() {
+            t = t.min(v);
+        }
+        if let Some(v) = self.pending {
+            t = t.min(v);
+        }
+        if let Some(v) = self.hold {
+            t = t.min(v);
+        }
+        t
+    }
+}
+
+#[derive(Default, Clone)]
+pub(crate) struct RecoveryInfo {
+    pub source: String,
+    pub us: u64,
+    pub segments: u64,
+    pub pad_records: u64,
+}
+
+pub(crate) struct Inner {
+    pub layout: Layout,
+    pub pool: Pool,
+    pub tag: u64,
+    pub epoch: u64,
+    pub opts: Options,
+    pub index: Index,
+    /// Live bytes per slot and per band.
+    pub slot_live: Box<[AtomicU32]>,
+    pub band_live: Box<[AtomicU64]>,
+    pub band_min_seq: Box<[AtomicU64]>,
+    pub bands: Mutex<BandTable>,
+    pub space_cv: Condvar,
+    pub bufs: RwLock<HashMap<u64, Arc<SegBuf>>>,
+    pub next_seg_hint: AtomicU64,
+    /// Next record sequence number, mirrored for checkpoints.
+    pub seq_hint: AtomicU64,
+    queue: Mutex<Queue>,
+    pub ws: Mutex<WriteState>,
+    pub pad: Option<PadRing>,
+    pub writer: Mutex<Option<Sender<WMsg>>>,
+    pub c: Counters,
+    pub h: Histos,
+    pub gc_lock: Mutex<()>,
+    pub gc_no_victim: AtomicBool,
+    pub maint: (Mutex<bool>, Condvar),
+    pub failed: Mutex<Option<String>>,
+    pub ckpt_lock: Mutex<u64>,
+    pub bytes_since_ckpt: AtomicU64,
+    pub recovery: Mutex<RecoveryInfo>,
+}
+
+// ---------------------------------------------------------------------------
+// Public handle
+
+/// A masse pool, open for reads and writes. `Send + Sync`: share it with `Arc`.
+pub struct Db {
+    pub(crate) inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    closed: AtomicBool,
+}
+
+/// Several puts and deletes applied atomically: after a crash, all or none.
+#[derive(Default)]
+pub struct WriteBatch {
+    recs: Vec<PRec>,
+    bytes: u64,
+    deletes: u64,
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> WriteBatch {
+        WriteBatch::default()
+    }
+    /// Add a put.
+    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        check_kv(key, value)?;
+        self.recs.push(PRec { digest: digest(key), bytes: encode_new(key, value, 0), kind: Kind::Put });
+        self.bytes += (key.len() + value.len()) as u64;
+        Ok(())
+    }
+    /// Add a delete.
+    pub fn delete(&mut self, key: &[u8]) -> Result<()> {
+        check_kv(key, b"")?;
+        self.recs.push(PRec { digest: digest(key), bytes: encode_new(key, b"", REC_TOMBSTONE), kind: Kind::Delete });
+        self.deletes += 1;
+        Ok(())
+    }
+    /// Operations in the batch.
+    pub fn len(&self) -> usize {
+        self.recs.len()
+    }
+    /// True if empty.
+    pub fn is_empty(&self) -> bool {
+        self.recs.is_empty()
+    }
+}
+
+fn check_kv(key: &[u8], value: &[u8]) -> Result<()> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(Error::InvalidKey { len: key.len(), max: MAX_KEY_LEN });
+    }
+    if value.len() > MAX_VALUE_LEN {
+        return Err(Error::ValueTooLarge { len: value.len(), max: MAX_VALUE_LEN });
+    }
+    Ok(())
+}
+
+fn encode_new(key: &[u8], value: &[u8], flags: u8) -> Vec<u8> {
+    let mut b = vec![0u8; record_len(key.len(), value.len())];
+    encode_record(&mut b, 0, 0, flags, key, value);
+    b
+}
+
+/// Rewrite seq, flags and seg tag of an encoded record and recompute its crc.
+fn stamp(rec: &mut [u8], seg_tag: u32, seq: u64, flags: u8) {
+    rec[8..16].copy_from_slice(&seq.to_le_bytes());
+    rec[18] = flags;
+    retag_record(rec, seg_tag);
+}
+
+impl Db {
+    /// Format the devices in `cfg` as a new pool and open it. Refuses devices that
+    /// already hold a masse pool.
+    pub fn create(cfg: &PoolConfig, opts: Options) -> Result<Db> {
+        let pool = pool::create(cfg, false)?;
+        Self::start(pool, opts)
+    }
+
+    /// Like [`Db::create`], but overwrites an existing pool on the devices.
+    pub fn create_force(cfg: &PoolConfig, opts: Options) -> Result<Db> {
+        let pool = pool::create(cfg, true)?;
+        Self::start(pool, opts)
+    }
+
+    /// Open an existing pool; recovers from a crash if the last run did not close.
+    pub fn open(cfg: &PoolConfig, opts: Options) -> Result<Db> {
+        let pool = pool::open(cfg)?;
+        Self::start(pool, opts)
+    }
+
+    fn start(pool: Pool, opts: Options) -> Result<Db> {
+        let t0 = Instant::now();
+        let prev = pool::read_epoch(&pool)?;
+        let epoch = prev.epoch + 1;
+        pool::write_epoch(&pool, &EpochBlock { epoch, pool_tag: pool.pool_tag(), clean: 0 })?;
+        let layout = Layout::new(pool.geo.clone());
+        let nslots = layout.total_slots() as usize;
+        let nbands = layout.bands as usize;
+        let pad = pool.fast.as_ref().map(|f| PadRing {
+            dev: f.clone(),
+            base: pool.geo.pad_offset,
+            size: pool.geo.pad_size,
+            hdr_off: EPOCH_OFFSET + EPOCH_AREA,
+            st: Mutex::new(PadState {
+                head: 0,
+                tail: 0,
+                next_batch: 1,
+                marks: VecDeque::new(),
+                pending: None,
+                hold: None,
+                batches: VecDeque::new(),
+                hdr_seq: 0,
+            }),
+            cv: Condvar::new(),
+        });
+        let inner = Arc::new(Inner {
+            tag: pool.pool_tag(),
+            epoch,
+            index: Index::with_capacity(opts.expected_keys),
+            slot_live: (0..nslots).map(|_| AtomicU32::new(0)).collect(),
+            band_live: (0..nbands).map(|_| AtomicU64::new(0)).collect(),
+            band_min_seq: (0..nbands).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            bands: Mutex::new(BandTable {
+                bands: vec![
+                    BandInfo { state: BandState::Free, first_seq: 0, written_slots: 0, inflight: 0 };
+                    nbands
+                ],
+                free: VecDeque::new(),
+            }),
+            space_cv: Condvar::new(),
+            bufs: RwLock::new(HashMap::new()),
+            next_seg_hint: AtomicU64::new(epoch << 40),
+            seq_hint: AtomicU64::new(1),
+            queue: Mutex::new(Queue { reqs: Vec::new(), leader: false }),
+            ws: Mutex::new(WriteState {
+                open: None,
+                to_seal: Vec::new(),
+                next_seq: 1,
+                next_seg: epoch << 40,
+                cur_band: None,
+                next_sib: 0,
+            }),
+            pad,
+            writer: Mutex::new(None),
+            c: Counters::default(),
+            h: Histos::new(),
+            gc_lock: Mutex::new(()),
+            gc_no_victim: AtomicBool::new(false),
+            maint: (Mutex::new(false), Condvar::new()),
+            failed: Mutex::new(None),
+            ckpt_lock: Mutex::new(0),
+            bytes_since_ckpt: AtomicU64::new(0),
+            recovery: Mutex::new(RecoveryInfo::default()),
+            layout,
+            pool,
+            opts,
+        });
+        // Rebuild the index and band table; then start the writer and replay the pad.
+        let pad_recs = crate::recovery::recover(&inner, prev.clean != 0)?;
+        let mut threads = Vec::new();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        *inner.writer.lock() = Some(tx);
+        {
+            let i2 = inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("masse-writer".into())
+                    .spawn(move || writer::run(i2, rx))
+                    .map_err(|e| Error::Closed(format!("cannot start the writer thread: {e}")))?,
+            );
+        }
+        let db = Db { inner: inner.clone(), threads: Mutex::new(threads), closed: AtomicBool::new(false) };
+        let npad = pad_recs.iter().map(|g| g.len() as u64).sum();
+        let reqs: Vec<_> = pad_recs.into_iter().map(|g| Req::new(g, Class::Replay)).collect();
+        db.inner.submit_all(reqs)?;
+        if let Some(p) = &inner.pad {
+            p.st.lock().hold = None;
+        }
+        {
+            let mut r = inner.recovery.lock();
+            r.pad_records = npad;
+            r.us = t0.elapsed().as_micros() as u64;
+        }
+        let i2 = inner.clone();
+        let h = std::thread::Builder::new()
+            .name("masse-maint".into())
+            .spawn(move || crate::gc::maintenance(i2))
+            .map_err(|e| Error::Closed(format!("cannot start the maintenance thread: {e}")))?;
+        db.threads.lock().push(h);
+        Ok(db)
+    }
+
+    /// Store `value` under `key`. Returns once the write is durable.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let t = Instant::now();
+        check_kv(key, value)?;
+        let rec = PRec { digest: digest(key), bytes: encode_new(key, value, 0), kind: Kind::Put };
+        self.inner.write(vec![rec], Class::User)?;
+        self.inner.c.puts.fetch_add(1, Relaxed);
+        self.inner.c.user_bytes.fetch_add((key.len() + value.len()) as u64, Relaxed);
+        self.inner.record(Op::Put, t);
+        Ok(())
+    }
+
+    /// Remove `key`. Returns whether it existed. Durable on return.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        let t = Instant::now();
+        check_kv(key, b"")?;
+        let rec = PRec { digest: digest(key), bytes: encode_new(key, b"", REC_TOMBSTONE), kind: Kind::Delete };
+        let n = self.inner.write(vec![rec], Class::Delete)?;
+        self.inner.c.deletes.fetch_add(1, Relaxed);
+        self.inner.record(Op::Delete, t);
+        Ok(n > 0)
+    }
+
+    /// Apply a batch atomically. Durable on return.
+    pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let t = Instant::now();
+        let class = if batch.deletes as usize == batch.recs.len() { Class::Delete } else { Class::User };
+        let max = self.inner.max_group_bytes();
+        let total: usize = batch.recs.iter().map(|r| round_up(r.bytes.len(), 8)).sum();
+        if total > max {
+            return Err(Error::InvalidConfig(format!(
+                "write batch of {total} bytes exceeds the largest atomic group ({max} bytes)"
+            )));
+        }
+        let (n, bytes, deletes) = (batch.recs.len() as u64, batch.bytes, batch.deletes);
+        self.inner.write(batch.recs, class)?;
+        self.inner.c.batches.fetch_add(1, Relaxed);
+        self.inner.c.puts.fetch_add(n - deletes, Relaxed);
+        self.inner.c.deletes.fetch_add(deletes, Relaxed);
+        self.inner.c.user_bytes.fetch_add(bytes, Relaxed);
+        self.inner.record(Op::Batch, t);
+        Ok(())
+    }
+
+    /// The value stored under `key`, if any. An empty value is a value.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let t = Instant::now();
+        check_kv(key, b"")?;
+        let r = self.inner.get(key);
+        self.inner.c.gets.fetch_add(1, Relaxed);
+        if let Ok(Some(v)) = &r {
+            self.inner.c.get_hits.fetch_add(1, Relaxed);
+            self.inner.c.read_bytes.fetch_add(v.len() as u64, Relaxed);
+        }
+        self.inner.record(Op::Get, t);
+        r
+    }
+
+    /// True if `key` holds a value. Costs one device read to verify the key.
+    pub fn contains(&self, key: &[u8]) -> Result<bool> {
+        Ok(self.get(key)?.is_some())
+    }
+
+    /// Unordered iteration over live keys and values. Holds off GC while it lives,
+    /// so records cannot move under it; writes made meanwhile may or may not be seen.
+    pub fn iter(&self) -> Iter<'_> {
+        let guard = self.inner.gc_lock.lock();
+        Iter { db: self, _gc: guard, shard: 0, locs: Vec::new(), pos: 0 }
+    }
+
+    /// Wait until every segment sealed so far is on the capacity tier.
+    /// (Acknowledged writes are already durable; this only drains the writer.)
+    pub fn flush(&self) -> Result<()> {
+        self.inner.check_failed()?;
+        self.inner.writer_barrier()
+    }
+
+    /// Run one GC pass now (normally GC runs by itself). Returns whether a band was freed.
+    pub fn gc_once(&self) -> Result<bool> {
+        Ok(matches!(crate::gc::gc_pass(&self.inner, true)?, crate::gc::GcOutcome::Freed(_)))
+    }
+
+    /// Write an index checkpoint now.
+    pub fn checkpoint(&self) -> Result<()> {
+        crate::recovery::checkpoint(&self.inner).map(|_| ())
+    }
+
+    /// Close cleanly: drain the writer, checkpoint the index, stop the threads.
+    pub fn close(self) -> Result<()> {
+        self.shutdown(true)
+    }
+
+    fn shutdown(&self, clean: bool) -> Result<()> {
+        if self.closed.swap(true, SeqCst) {
+            return Ok(());
+        }
+        {
+            let mut s = self.inner.maint.0.lock();
+            *s = true;
+            self.inner.maint.1.notify_all();
+        }
+        let mut res = Ok(());
+        if clean && self.inner.check_failed().is_ok() {
+            res = self.inner.writer_barrier();
+            if res.is_ok() && self.inner.opts.checkpoint_on_close {
+                res = crate::recovery::checkpoint(&self.inner).map(|_| ());
+            }
+        }
+        // Stop the writer: dropping the sender ends its loop once drained.
+        self.inner.writer.lock().take();
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        if clean && res.is_ok() && self.inner.check_failed().is_ok() {
+            let e = EpochBlock { epoch: self.inner.epoch, pool_tag: self.inner.tag, clean: 1 };
+            res = pool::write_epoch(&self.inner.pool, &e);
+        }
+        res
+    }
+
+    /// A snapshot of the engine's counters.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// Reset the latency histograms (e.g. between benchmark phases).
+    pub fn reset_latency(&self) {
+        self.inner.h.reset();
+    }
+
+    /// The pool geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.inner.pool.geo
+    }
+
+    /// Offline-style consistency check of the open pool: reads every live record
+    /// and verifies checksums, keys against digests, and the space accounting.
+    pub fn check(&self) -> Result<crate::check::CheckReport> {
+        crate::check::check(self)
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        // Dropping without close() is a simulated crash: threads stop, nothing
+        // more is written; everything acknowledged is already durable.
+        let _ = self.shutdown(false);
+    }
+}
+
+/// Iterator returned by [`Db::iter`].
+pub struct Iter<'a> {
+    db: &'a Db,
+    _gc: parking_lot::MutexGuard<'a, ()>,
+    shard: usize,
+    locs: Vec<u64>,
+    pos: usize,
+}
+
+impl Iterator for Iter<'_> {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+    fn next(&mut self) -> Option<Self::Item> {
+        let inner = &self.db.inner;
+        loop {
+            while self.pos < self.locs.len() {
+                let loc = Loc(self.locs[self.pos]);
+                self.pos += 1;
+                if loc.is_tombstone() {
+                    continue;
+                }
+                return Some(inner.read_record(loc).and_then(|b| {
+                    let (_, k, v) = decode_record(&b)?;
+                    Ok((k.to_vec(), v.to_vec()))
+                }));
+            }
+            if self.shard >= inner.index.shard_count() {
+                return None;
+            }
+            self.locs.clear();
+            self.pos = 0;
+            inner.index.for_each_in_shard(self.shard, |l| self.locs.push(l));
+            self.shard += 1;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Engine internals
+
+impl Inner {
+    pub(crate) fn record(&self, op: Op, t: Instant) {
+        if self.opts.histograms {
+            self.h.record(op, t.elapsed().as_nanos() as u64);
+        }
+    }
+
+    pub(crate) fn check_failed(&self) -> Result<()> {
+        match &*self.failed.lock() {
+            Some(m) => Err(Error::Closed(m.clone())),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn fail(&self, msg: String) {
+        let mut f = self.failed.lock();
+        if f.is_none() {
+            *f = Some(msg);
+        }
+        drop(f);
+        self.space_cv.notify_all();
+        if let Some(p) = &self.pad {
+            p.cv.notify_all();
+        }
+    }
+
+    pub(crate) fn send(&self, m: WMsg) -> Result<()> {
+        match &*self.writer.lock() {
+            Some(tx) => tx.send(m).map_err(|_| Error::Closed("writer thread has stopped".into())),
+            None => Err(Error::Closed("database is closing".into())),
+        }
+    }
+
+    pub(crate) fn writer_barrier(&self) -> Result<()> {
+        let w = writer::Waiter::new();
+        self.send(WMsg::Barrier(w.clone()))?;
+        w.wait()
+    }
+
+    /// Largest group the pad can always take.
+    pub(crate) fn max_group_bytes(&self) -> usize {
+        match &self.pad {
+            Some(p) => (p.size / 4) as usize,
+            None => (self.layout.band_payload() / 2) as usize,
+        }
+    }
+
+    /// Submit records as one atomic group, waiting for space if needed.
+    pub(crate) fn write(&self, recs: Vec<PRec>, class: Class) -> Result<u32> {
+        let mut req = Req::new(recs, class);
+        let mut stalled_since: Option<Instant> = None;
+        loop {
+            self.check_failed()?;
+            match self.submit(req.clone()) {
+                Outcome::Done(n) => {
+                    if let Some(t) = stalled_since {
+                        self.c.stalls.fetch_add(1, Relaxed);
+                        self.c.stall_us.fetch_add(t.elapsed().as_micros() as u64, Relaxed);
+                    }
+                    return Ok(n);
+                }
+                Outcome::Failed(m) => return Err(Error::Closed(m)),
+                Outcome::Stalled => {
+                    stalled_since.get_or_insert_with(Instant::now);
+                    let need = req_bytes(&req);
+                    crate::gc::wait_for_space(self, class, need)?;
+                    let recs = Arc::try_unwrap(req).map(|r| r.recs).map_err(|_| {
+                        Error::Closed("internal: stalled request still shared".into())
+                    })?;
+                    req = Req::new(recs, class);
+                }
+            }
+        }
+    }
+
+    /// Queue requests; lead group commits while there is work; wait for all of them.
+    pub(crate) fn submit_all(&self, reqs: Vec<Arc<Req>>) -> Result<u32> {
+        if reqs.is_empty() {
+            return Ok(0);
+        }
+        let lead = {
+            let mut q = self.queue.lock();
+            q.reqs.extend(reqs.iter().cloned());
+            !std::mem::replace(&mut q.leader, true)
+        };
+        if lead {
+            self.lead();
+        }
+        let mut n = 0;
+        for r in reqs {
+            match r.wait() {
+                Outcome::Done(k) => n += k,
+                Outcome::Failed(m) => return Err(Error::Closed(m)),
+                Outcome::Stalled => return Err(Error::NoSpace("no free band for a replay or GC write".into())),
+            }
+        }
+        Ok(n)
+    }
+
+    /// Queue a request; lead group commits while there is work.
+    fn submit(&self, req: Arc<Req>) -> Outcome {
+        let lead = {
+            let mut q = self.queue.lock();
+            q.reqs.push(req.clone());
+            !std::mem::replace(&mut q.leader, true)
+        };
+        if lead {
+            self.lead();
+        }
+        req.wait()
+    }
+
+    fn lead(&self) {
+        loop {
+            let batch = {
+                let mut q = self.queue.lock();
+                if q.reqs.is_empty() {
+                    q.leader = false;
+                    break;
+                }
+                let max = self.opts.max_batch_bytes.min(self.max_group_bytes());
+                let mut total = 0usize;
+                let mut n = 0;
+                for r in &q.reqs {
+                    let b = req_bytes(r);
+                    if n > 0 && total + b > max {
+                        break;
+                    }
+                    total += b;
+                    n += 1;
+                }
+                q.reqs.drain(..n).collect::<Vec<_>>()
+            };
+            let mut ws = self.ws.lock();
+            if let Err(e) = self.commit_group(&mut ws, &batch) {
+                let m = e.to_string();
+                self.fail(format!("write path failed: {m}"));
+                for r in &batch {
+                    if r.done.lock().is_none() {
+                        r.complete(Outcome::Failed(m.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Bytes of room a record needs at most (padding for the 4 KiB straddle rule included).
+    fn rec_need(len: usize) -> u64 {
+        (round_up(len, 8) + SUMMARY_ENTRY) as u64 + if len <= 4096 { len as u64 } else { 0 }
+    }
+
+    /// Space the open band and the free bands beyond `class`'s reserve offer.
+    fn avail(&self, ws: &WriteState, class: Class) -> u64 {
+        let in_band = match ws.cur_band {
+            Some(_) => (self.layout.slots_per_band - ws.next_sib) * self.layout.seg,
+            None => 0,
+        };
+        let open = ws.open.as_ref().map(|o| (o.size() - o.used) as u64).unwrap_or(0);
+        let free = self.bands.lock().free_count().saturating_sub(class.reserve_bands()) as u64;
+        in_band + open + free * self.layout.band_payload()
+    }
+
+    pub(crate) fn space_ok(&self, ws: &WriteState, class: Class, need: u64) -> bool {
+        self.avail(ws, class) >= need + 2 * self.layout.seg
+    }
+
+    /// One group commit. Holds the write state (leadership) throughout.
+    fn commit_group(&self, ws: &mut WriteState, batch: &[Arc<Req>]) -> Result<()> {
+        // Decide what to apply. Deletes of absent keys and stale GC moves are dropped here.
+        let mut take: Vec<(&Arc<Req>, Vec<usize>)> = Vec::with_capacity(batch.len());
+        let mut group_bytes = 0usize;
+        let mut put_in_group: HashMap<Digest, bool> = HashMap::new();
+        for r in batch {
+            let need: u64 = r.recs.iter().map(|p| Self::rec_need(p.bytes.len())).sum();
+            if r.class != Class::Replay && !self.space_ok(ws, r.class, need) {
+                r.complete(Outcome::Stalled);
+                continue;
+            }
+            let mut idx = Vec::with_capacity(r.recs.len());
+            for (i, p) in r.recs.iter().enumerate() {
+                let keep = match p.kind {
+                    Kind::Put | Kind::Replay => {
+                        put_in_group.insert(p.digest, true);
+                        true
+                    }
+                    Kind::Delete => {
+                        let live = put_in_group.get(&p.digest).copied().unwrap_or_else(|| {
+                            self.index.get(p.digest).map(|l| !Loc(l).is_tombstone()).unwrap_or(false)
+                        });
+                        if live {
+                            put_in_group.insert(p.digest, false);
+                        }
+                        live
+                    }
+                    Kind::Relocate(old) => self.index.get(p.digest) == Some(old.0),
+                };
+                if keep {
+                    group_bytes += round_up(p.bytes.len(), 8);
+                    idx.push(i);
+                }
+            }
+            take.push((r, idx));
+        }
+        if group_bytes == 0 {
+            for (r, idx) in &take {
+                let _ = idx;
+                r.complete(Outcome::Done(0));
+            }
+            return Ok(());
+        }
+
+        // Reserve pad room before placing anything, so a forced seal never takes this group's records.
+        let pad_virt = match &self.pad {
+            Some(p) => Some(self.pad_reserve(p, ws, BATCH_HEADER + group_bytes)?),
+            None => None,
+        };
+
+        // Place every record; stamp seq and seg tag; remember where it goes.
+        let mut placed: Vec<Vec<Placed>> = Vec::with_capacity(take.len());
+        let mut new_segs: Vec<u64> = Vec::new();
+        let open_was_empty = ws.open.as_ref().map(|o| o.entries.is_empty()).unwrap_or(true);
+        let open_seq_before = ws.open.as_ref().map(|o| o.buf.seq);
+        let mut payload: Vec<u8> = Vec::with_capacity(if self.pad.is_some() { group_bytes } else { 0 });
+        // Records are stamped in place, so take them mutably through a copy of the bytes.
+        let mut stamped: Vec<Vec<Vec<u8>>> = Vec::with_capacity(take.len());
+        for (r, idx) in &take {
+            let mut pl = Vec::with_capacity(idx.len());
+            let mut st = Vec::with_capacity(idx.len());
+            for (j, &i) in idx.iter().enumerate() {
+                let p = &r.recs[i];
+                let mut bytes = p.bytes.clone();
+                let more = j + 1 < idx.len();
+                let h = peek_record(&bytes).ok_or_else(|| Error::Corruption("internal: bad record".into()))?;
+                let tomb = h.flags & REC_TOMBSTONE != 0;
+                let seq = match p.kind {
+                    Kind::Relocate(_) => h.seq,
+                    _ => {
+                        let s = ws.next_seq;
+                        ws.next_seq += 1;
+                        s
+                    }
+                };
+                let (buf, off) = self.place(ws, bytes.len(), &mut new_segs)?;
+                let flags = (h.flags & REC_TOMBSTONE) | if more { REC_MORE } else { 0 };
+                stamp(&mut bytes, buf.seq as u32, seq, flags);
+                let open = ws.open.as_mut().filter(|o| Arc::ptr_eq(&o.buf, &buf));
+                let o = match open {
+                    Some(o) => o,
+                    None => ws
+                        .to_seal
+                        .iter_mut()
+                        .rev()
+                        .find(|o| Arc::ptr_eq(&o.buf, &buf))
+                        .ok_or_else(|| Error::Corruption("internal: placed segment vanished".into()))?,
+                };
+                o.entries.push(SummaryEntry {
+                    digest: p.digest,
+                    seq,
+                    offset: off as u32,
+                    len: bytes.len() as u32,
+                    tombstone: tomb,
+                    more,
+                });
+                o.min_seq = o.min_seq.min(seq);
+                o.max_seq = o.max_seq.max(seq);
+                self.band_min_seq[buf.band as usize].fetch_min(seq, Relaxed);
+                let loc = Loc::new(buf.slot, off as u32, bytes.len() as u32, tomb);
+                if self.pad.is_some() {
+                    payload.extend_from_slice(&bytes);
+                    payload.resize(round_up(payload.len(), 8), 0);
+                }
+                pl.push(Placed { buf, off, loc });
+                st.push(bytes);
+            }
+            placed.push(pl);
+            stamped.push(st);
+        }
+
+        // Persist: the pad (tiered), or the segment tail itself (capacity-only).
+        if let (Some(p), Some(v)) = (&self.pad, pad_virt) {
+            {
+                let mut s = p.st.lock();
+                if let Some(seq) = open_seq_before.filter(|_| open_was_empty) {
+                    new_segs.insert(0, seq);
+                }
+                for seq in new_segs.drain(..) {
+                    if !s.marks.iter().any(|&(q, _)| q == seq) {
+                        s.marks.push_back((seq, v));
+                    }
+                }
+                s.pending = None;
+            }
+            self.pad_write(p, v, &payload)?;
+            self.copy_into_segments(&placed, &stamped);
+        } else {
+            self.copy_into_segments(&placed, &stamped);
+            self.flush_segments(ws, true)?;
+        }
+
+        // Apply to the index, account live/dead bytes, acknowledge.
+        let mut nrec = 0u64;
+        for ((r, idx), pl) in take.iter().zip(placed.iter()) {
+            let mut found = 0u32;
+            for (&i, p) in idx.iter().zip(pl.iter()) {
+                let rec = &r.recs[i];
+                nrec += 1;
+                match rec.kind {
+                    Kind::Relocate(old) => {
+                        if self.index.compare_exchange(rec.digest, old.0, p.loc.0) {
+                            self.add_live(p.loc);
+                            self.sub_live(old);
+                        }
+                        self.c.gc_records_moved.fetch_add(1, Relaxed);
+                        self.c.gc_bytes_moved.fetch_add(p.loc.len8() as u64, Relaxed);
+                    }
+                    _ => {
+                        let old = self.index.insert(rec.digest, p.loc.0);
+                        self.add_live(p.loc);
+                        if let Some(o) = old {
+                            let o = Loc(o);
+                            if rec.kind == Kind::Delete && !o.is_tombstone() {
+                                found += 1;
+                            }
+                            self.sub_live(o);
+                        }
+                    }
+                }
+            }
+            r.complete(Outcome::Done(found));
+        }
+        self.c.commit_groups.fetch_add(1, Relaxed);
+        self.c.commit_records.fetch_add(nrec, Relaxed);
+        self.seq_hint.store(ws.next_seq, SeqCst);
+
+        // Hand sealed segments to the writer (tiered; capacity-only did it in flush_segments).
+        if self.pad.is_some() {
+            self.flush_segments(ws, false)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn add_live(&self, l: Loc) {
+        self.slot_live[l.slot() as usize].fetch_add(l.len8(), Relaxed);
+        self.band_live[self.layout.band_of_slot(l.slot()) as usize].fetch_add(l.len8() as u64, Relaxed);
+    }
+
+    pub(crate) fn sub_live(&self, l: Loc) {
+        self.slot_live[l.slot() as usize].fetch_sub(l.len8(), Relaxed);
+        self.band_live[self.layout.band_of_slot(l.slot()) as usize].fetch_sub(l.len8() as u64, Relaxed);
+    }
+
+    fn copy_into_segments(&self, placed: &[Vec<Placed>], stamped: &[Vec<Vec<u8>>]) {
+        for (pl, st) in placed.iter().zip(stamped.iter()) {
+            for (p, b) in pl.iter().zip(st.iter()) {
+                let mut d = p.buf.data.write();
+                d[p.off..p.off + b.len()].copy_from_slice(b);
+            }
+        }
+    }
+
+    /// Seal-and-send finished segments; in capacity-only mode also flush the open
+    /// segment's dirty tail and wait until it is durable.
+    fn flush_segments(&self, ws: &mut WriteState, durable_tail: bool) -> Result<()> {
+        for mut o in ws.to_seal.drain(..) {
+            self.seal_tail(&mut o);
+            let from = round_down64(o.flushed as u64, 4096) as usize;
+            self.send(WMsg::Segment { buf: o.buf.clone(), from })?;
+        }
+        if durable_tail {
+            if let Some(o) = ws.open.as_mut() {
+                if o.used > o.flushed {
+                    let from = round_down64(o.flushed as u64, 4096) as usize;
+                    let to = round_up(o.used, 4096);
+                    self.send(WMsg::Flush { buf: o.buf.clone(), from, to })?;
+                    o.flushed = o.used;
+                    self.c.partial_flushes.fetch_add(1, Relaxed);
+                }
+            }
+            self.writer_barrier()?;
+        }
+        Ok(())
+    }
+
+    /// Write summary and footer into a segment that takes no more records.
+    fn seal_tail(&self, o: &mut OpenSeg) {
+        let f = SegmentFooter {
+            segment_seq: o.buf.seq,
+            pool_tag: self.tag,
+            nrec: o.entries.len() as u32,
+            nslots: o.buf.nslots,
+            data_len: o.used as u32,
+            min_seq: if o.entries.is_empty() { 0 } else { o.min_seq },
+            max_seq: o.max_seq,
+        };
+        let mut d = o.buf.data.write();
+        encode_segment_tail(&mut d, &o.entries, &f);
+    }
+
+    /// Find room for a record of `len` bytes; returns the segment and offset.
+    fn place(&self, ws: &mut WriteState, len: usize, new_segs: &mut Vec<u64>) -> Result<(Arc<SegBuf>, usize)> {
+        let seg = self.layout.seg as usize;
+        let len8 = round_up(len, 8);
+        let normal_max = seg - SEG_HEADER - SEG_FOOTER - SUMMARY_ENTRY;
+        if len8 <= normal_max {
+            loop {
+                if ws.open.is_none() {
+                    let o = self.new_segment(ws, 1)?;
+                    new_segs.push(o.buf.seq);
+                    ws.open = Some(o);
+                }
+                let o = ws.open.as_mut().ok_or_else(|| Error::Corruption("internal: no open segment".into()))?;
+                let mut off = round_up(o.used, 8);
+                if len <= 4096 && off / 4096 != (off + len - 1) / 4096 {
+                    off = round_up(off, 4096);
+                }
+                let end = off + len8 + (o.entries.len() + 1) * SUMMARY_ENTRY + SEG_FOOTER;
+                if end <= seg {
+                    o.used = off + len8;
+                    return Ok((o.buf.clone(), off));
+                }
+                if let Some(full) = ws.open.take() {
+                    ws.to_seal.push(full);
+                }
+            }
+        }
+        // One record larger than a segment: a segment of several slots of its own.
+        if let Some(cur) = ws.open.take() {
+            ws.to_seal.push(cur);
+        }
+        let k = (SEG_HEADER + len8 + SUMMARY_ENTRY + SEG_FOOTER).div_ceil(seg) as u64;
+        let mut o = self.new_segment(ws, k)?;
+        new_segs.push(o.buf.seq);
+        o.used = SEG_HEADER + len8;
+        let buf = o.buf.clone();
+        ws.to_seal.push(o);
+        Ok((buf, SEG_HEADER))
+    }
+
+    /// Allocate `k` consecutive slots in the open band (opening a new band if needed).
+    fn new_segment(&self, ws: &mut WriteState, k: u64) -> Result<OpenSeg> {
+        if k > self.layout.slots_per_band {
+            return Err(Error::InvalidConfig("record larger than a band".into()));
+        }
+        let need_band = match ws.cur_band {
+            None => true,
+            Some(_) => ws.next_sib + k > self.layout.slots_per_band,
+        };
+        if need_band {
+            let mut bt = self.bands.lock();
+            if let Some(b) = ws.cur_band.take() {
+                if bt.bands[b as usize].state == BandState::Open {
+                    bt.bands[b as usize].state = BandState::Sealed;
+                }
+            }
+            let b = bt
+                .free
+                .pop_front()
+                .ok_or_else(|| Error::NoSpace("no free band (internal reserve exhausted)".into()))?;
+            let info = &mut bt.bands[b as usize];
+            info.state = BandState::Open;
+            info.first_seq = ws.next_seg;
+            info.written_slots = 0;
+            info.inflight = 0;
+            drop(bt);
+            self.band_min_seq[b as usize].store(u64::MAX, Relaxed);
+            ws.cur_band = Some(b);
+            ws.next_sib = 0;
+            let hdr = BandHeader { state: BAND_IN_USE, pool_tag: self.tag, band: b, first_seq: ws.next_seg };
+            self.send(WMsg::BandHeader { band: b, hdr, free: None })?;
+        }
+        let band = ws.cur_band.ok_or_else(|| Error::Corruption("internal: no open band".into()))?;
+        let slot = self.layout.first_slot(band) + ws.next_sib;
+        ws.next_sib += k;
+        let seq = ws.next_seg;
+        ws.next_seg += 1;
+        let mut data = AlignedBuf::new(k as usize * self.layout.seg as usize);
+        SegmentHeader { segment_seq: seq, pool_tag: self.tag, nslots: k as u32 }.encode_into(&mut data);
+        let size = data.len();
+        let buf = Arc::new(SegBuf { size, slot, nslots: k as u32, seq, band, data: RwLock::new(data) });
+        self.bands.lock().bands[band as usize].inflight += 1;
+        self.bufs.write().insert(slot, buf.clone());
+        self.next_seg_hint.store(ws.next_seg, SeqCst);
+        Ok(OpenSeg { buf, used: SEG_HEADER, entries: Vec::new(), min_seq: u64::MAX, max_seq: 0, flushed: 0 })
+    }
+
+    /// Reserve `len` bytes (rounded to 4 KiB) on the pad ring; waits while the pad is full.
+    fn pad_reserve(&self, p: &PadRing, ws: &mut WriteState, len: usize) -> Result<u64> {
+        let need = round_up(len, 4096) as u64;
+        let mut s = p.st.lock();
+        loop {
+            self.check_failed()?;
+            let phys = s.head % p.size;
+            let wrap = if phys + need > p.size { p.size - phys } else { 0 };
+            if s.head + wrap + need - s.tail <= p.size {
+                if wrap > 0 {
+                    // Mark the unused end of the ring so replay knows to continue at its start.
+                    let v = s.head;
+                    let bs = s.next_batch;
+                    s.next_batch += 1;
+                    s.batches.push_back((v, bs));
+                    s.head += wrap;
+                    let mut blk = AlignedBuf::new(4096);
+                    encode_batch(
+                        &mut blk,
+                        &BatchHeader { batch_seq: bs, virt: v, payload_len: 0, nrec: 0, flags: BATCH_WRAP, pool_tag: self.tag },
+                    );
+                    p.dev
+                        .write_at(&blk, p.base + v % p.size)
+                        .map_err(|e| Error::io(&p.dev.info().path, "writing the pad", e))?;
+                }
+                let v = s.head;
+                s.head += need;
+                s.pending = Some(v);
+                return Ok(v);
+            }
+            // Full. If nothing is on its way to the capacity tier, the open segment is
+            // what holds the pad: seal it early rather than wait forever.
+            let open_seq = ws.open.as_ref().filter(|o| !o.entries.is_empty()).map(|o| o.buf.seq);
+            let only_open = s.marks.iter().all(|m| Some(m.0) == open_seq);
+            if only_open && open_seq.is_some() {
+                if let Some(o) = ws.open.take() {
+                    drop(s);
+                    ws.to_seal.push(o);
+                    self.c.forced_seals.fetch_add(1, Relaxed);
+                    self.flush_segments(ws, false)?;
+                    s = p.st.lock();
+                    continue;
+                }
+            }
+            p.cv.wait_for(&mut s, Duration::from_millis(50));
+        }
+    }
+
+    /// Write one group to the pad at `v` and make it durable.
+    fn pad_write(&self, p: &PadRing, v: u64, payload: &[u8]) -> Result<()> {
+        let total = round_up(BATCH_HEADER + payload.len(), 4096);
+        let mut buf = AlignedBuf::new(total);
+        buf[BATCH_HEADER..BATCH_HEADER + payload.len()].copy_from_slice(payload);
+        let bs = {
+            let mut s = p.st.lock();
+            let bs = s.next_batch;
+            s.next_batch += 1;
+            s.batches.push_back((v, bs));
+            bs
+        };
+        let nrec = 0;
+        encode_batch(
+            &mut buf,
+            &BatchHeader { batch_seq: bs, virt: v, payload_len: payload.len() as u32, nrec, flags: 0, pool_tag: self.tag },
+        );
+        let name = &p.dev.info().path;
+        p.dev.write_at(&buf, p.base + v % p.size).map_err(|e| Error::io(name, "writing the pad", e))?;
+        p.dev.sync().map_err(|e| Error::io(name, "syncing the pad", e))?;
+        self.c.pad_bytes.fetch_add(total as u64, Relaxed);
+        Ok(())
+    }
+
+    // -----------------------------------------------------------------------
+    // Reads
+
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let d = digest(key);
+        let mut last = None;
+        for _ in 0..16 {
+            let Some(l) = self.index.get(d) else { return Ok(None) };
+            let loc = Loc(l);
+            if loc.is_tombstone() {
+                return Ok(None);
+            }
+            let res = self.read_record(loc).and_then(|b| {
+                let (_, k, v) = decode_record(&b)?;
+                Ok((k == key).then(|| v.to_vec()))
+            });
+            match res {
+                Ok(Some(v)) => return Ok(Some(v)),
+                Ok(None) | Err(_) if self.index.get(d) != Some(l) => {
+                    // GC moved the record (or the key changed) while we read: look again.
+                    self.c.read_retries.fetch_add(1, Relaxed);
+                    last = Some(l);
+                    continue;
+                }
+                // The entry is another key's (digest fingerprints collide): not found.
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    self.c.corruptions.fetch_add(1, Relaxed);
+                    return Err(Error::Corruption(format!(
+                        "record for key {:?} at segment {} offset {}: {e}",
+                        String::from_utf8_lossy(&key[..key.len().min(64)]),
+                        loc.slot(),
+                        loc.offset()
+                    )));
+                }
+            }
+        }
+        Err(Error::Corruption(format!("record kept moving during read (last location {last:?})")))
+    }
+
+    /// The bytes of the record at `loc` (from a DRAM buffer or one device read).
+    pub(crate) fn read_record(&self, loc: Loc) -> Result<Vec<u8>> {
+        let off = loc.offset() as usize;
+        let len = loc.len8() as usize;
+        let buf = self.bufs.read().get(&loc.slot()).cloned();
+        if let Some(b) = buf {
+            let d = b.data.read();
+            if off + len > d.len() {
+                return Err(Error::Corruption("location outside its segment".into()));
+            }
+            self.c.reads_from_dram.fetch_add(1, Relaxed);
+            return Ok(d[off..off + len].to_vec());
+        }
+        let (dev, base) = self.layout.slot_addr(loc.slot());
+        let abs = base + off as u64;
+        let start = round_down64(abs, 4096);
+        let end = crate::device::round_up64(abs + len as u64, 4096);
+        let mut a = AlignedBuf::new((end - start) as usize);
+        let d = &self.pool.caps[dev];
+        d.read_at(&mut a, start).map_err(|e| Error::io(&d.info().path, "reading a record", e))?;
+        self.c.reads_from_device.fetch_add(1, Relaxed);
+        let s = (abs - start) as usize;
+        Ok(a[s..s + len].to_vec())
+    }
+
+    // -----------------------------------------------------------------------
+    // Stats
+
+    pub(crate) fn stats(&self) -> Stats {
+        let c = &self.c;
+        let user = ld(&c.user_bytes);
+        let seg_bytes = ld(&c.segment_bytes);
+        let (free, total) = {
+            let b = self.bands.lock();
+            (b.free_count(), self.layout.bands)
+        };
+        let pad_used = self.pad.as_ref().map(|p| {
+            let s = p.st.lock();
+            s.head - s.tail
+        });
+        let mut devices = Vec::new();
+        let mut add = |d: &Arc<dyn Device>, role: &'static str| {
+            let i = d.info();
+            devices.push(DeviceStats {
+                path: i.path.clone(),
+                role,
+                media: i.media.name(),
+                backend: i.backend.name(),
+                direct_io: i.direct_io,
+                capacity: i.capacity,
+                io: d.counters().snapshot(),
+            });
+        };
+        if let Some(f) = &self.pool.fast {
+            add(f, "fast");
+        }
+        for d in &self.pool.caps {
+            add(d, "capacity");
+        }
+        let cap_written: u64 = devices.iter().filter(|d| d.role == "capacity").map(|d| d.io.bytes_written).sum();
+        let rec = self.recovery.lock().clone();
+        let entries = self.index.len() as u64;
+        let ibytes = self.index.memory_bytes() as u64;
+        Stats {
+            mode: self.pool.geo.mode.name(),
+            puts: ld(&c.puts),
+            gets: ld(&c.gets),
+            get_hits: ld(&c.get_hits),
+            deletes: ld(&c.deletes),
+            batches: ld(&c.batches),
+            user_bytes_written: user,
+            user_bytes_read: ld(&c.read_bytes),
+            reads_from_dram: ld(&c.reads_from_dram),
+            reads_from_device: ld(&c.reads_from_device),
+            read_retries: ld(&c.read_retries),
+            commit_groups: ld(&c.commit_groups),
+            commit_records: ld(&c.commit_records),
+            pad_bytes_written: ld(&c.pad_bytes),
+            segments_written: ld(&c.segments_written),
+            segment_bytes_written: seg_bytes,
+            partial_flushes: ld(&c.partial_flushes),
+            forced_seals: ld(&c.forced_seals),
+            host_write_amplification: if user > 0 { cap_written as f64 / user as f64 } else { 0.0 },
+            gc_runs: ld(&c.gc_runs),
+            gc_bands_freed: ld(&c.gc_bands_freed),
+            gc_bytes_read: ld(&c.gc_bytes_read),
+            gc_records_moved: ld(&c.gc_records_moved),
+            gc_bytes_moved: ld(&c.gc_bytes_moved),
+            gc_tombstones_dropped: ld(&c.gc_tombstones_dropped),
+            write_stalls: ld(&c.stalls),
+            write_stall_us: ld(&c.stall_us),
+            bands_total: total,
+            bands_free: free,
+            band_size: self.pool.geo.band_size,
+            segment_size: self.pool.geo.segment_size,
+            live_bytes: self.band_live.iter().map(|a| a.load(Relaxed)).sum(),
+            pad_used: pad_used.unwrap_or(0),
+            pad_size: self.pool.geo.pad_size,
+            index_entries: entries,
+            index_bytes: ibytes,
+            index_bytes_per_key: if entries > 0 { ibytes as f64 / entries as f64 } else { 0.0 },
+            checkpoints: ld(&c.checkpoints),
+            checkpoint_bytes: ld(&c.checkpoint_bytes),
+            checkpoints_skipped: ld(&c.checkpoint_skipped),
+            last_checkpoint_us: ld(&c.last_checkpoint_us),
+            recovery_source: rec.source,
+            recovery_us: rec.us,
+            recovery_segments_replayed: rec.segments,
+            recovery_pad_records: rec.pad_records,
+            corruptions: ld(&c.corruptions),
+            devices,
+            latency: self.h.summary(),
+        }
+    }
+}
+
+/// Where one record of a group went.
+struct Placed {
+    buf: Arc<SegBuf>,
+    off: usize,
+    loc: Loc,
+}
+
+fn req_bytes(r: &Req) -> usize {
+    r.recs.iter().map(|p| round_up(p.bytes.len(), 8)).sum()
+}

@@ -1,0 +1,310 @@
+//! Band garbage collection (paper §2.6) and the maintenance thread.
+//!
+//! A pass picks the sealed band with the most invalid bytes (oldest first on a
+//! tie), reads its segments sequentially, and re-submits every record the index
+//! still points at through the normal write path: persisted to the fast-tier pad
+//! (the GC write pad) and merged into the open segment. Once all moves are
+//! acknowledged the band holds nothing live; the writer marks it free, TRIMs it
+//! and returns it to the free list. Tombstones are moved too, unless no band
+//! still in use can hold an older version of their key (then they are dropped).
+
+use crate::db::{BandState, Class, Inner, Kind, PRec, Req};
+use crate::device::{round_up, AlignedBuf};
+use crate::error::{Error, Result};
+use crate::format::*;
+use crate::writer::{WMsg, Waiter};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What a GC pass did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum GcOutcome {
+    Freed(u32),
+    /// No sealed band has any invalid bytes.
+    NoVictim,
+}
+
+/// Free bands below which GC runs.
+pub(crate) fn low_watermark(inner: &Inner) -> u32 {
+    if inner.opts.gc_low_bands > 0 {
+        inner.opts.gc_low_bands
+    } else {
+        (inner.layout.bands / 16).max(4).min(inner.layout.bands / 2).max(3)
+    }
+}
+
+/// Background loop: GC when free bands run low, checkpoints by bytes written.
+pub(crate) fn maintenance(inner: Arc<Inner>) {
+    loop {
+        {
+            let mut stop = inner.maint.0.lock();
+            if *stop {
+                return;
+            }
+            inner.maint.1.wait_for(&mut stop, Duration::from_millis(20));
+            if *stop {
+                return;
+            }
+        }
+        if inner.check_failed().is_err() {
+            continue;
+        }
+        if inner.opts.background_gc {
+            // Keep going while below the watermark: GC pace follows the write rate.
+            for _ in 0..64 {
+                let free = inner.bands.lock().free_count();
+                if free >= low_watermark(&inner) || *inner.maint.0.lock() {
+                    break;
+                }
+                match gc_pass(&inner, false) {
+                    Ok(GcOutcome::Freed(_)) => {}
+                    Ok(GcOutcome::NoVictim) => break,
+                    Err(e) => {
+                        if !matches!(e, Error::NoSpace(_)) {
+                            inner.fail(format!("GC failed: {e}"));
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        let iv = inner.opts.checkpoint_interval;
+        if iv > 0 && inner.bytes_since_ckpt.load(Relaxed) >= iv {
+            if let Err(e) = crate::recovery::checkpoint(&inner) {
+                inner.fail(format!("checkpoint failed: {e}"));
+            }
+        }
+    }
+}
+
+/// Called by a writer that did not get space: make GC run and wait for a band,
+/// or report `NoSpace` once GC proves nothing can be reclaimed.
+pub(crate) fn wait_for_space(inner: &Inner, class: Class, need: usize) -> Result<()> {
+    let need = need as u64 * 2 + SEG_FOOTER as u64;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        inner.check_failed()?;
+        {
+            let ws = inner.ws.lock();
+            if inner.space_ok(&ws, class, need) {
+                return Ok(());
+            }
+        }
+        match gc_pass(inner, true)? {
+            GcOutcome::Freed(_) => continue,
+            GcOutcome::NoVictim => {
+                // A band being freed by another pass, or segments in flight, may still help.
+                let busy = {
+                    let bt = inner.bands.lock();
+                    bt.bands.iter().any(|b| b.state == BandState::Victim || b.inflight > 0)
+                };
+                if !busy {
+                    let ws = inner.ws.lock();
+                    if inner.space_ok(&ws, class, need) {
+                        return Ok(());
+                    }
+                    let free = inner.bands.lock().free_count();
+                    return Err(Error::NoSpace(format!(
+                        "{} free bands and no band with reclaimable space; delete data to make room",
+                        free
+                    )));
+                }
+                let mut bt = inner.bands.lock();
+                inner.space_cv.wait_for(&mut bt, Duration::from_millis(5));
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(Error::NoSpace("timed out waiting for GC to free space".into()));
+        }
+    }
+}
+
+/// One GC pass (serialised by `gc_lock`). `urgent` ignores the watermark.
+pub(crate) fn gc_pass(inner: &Inner, urgent: bool) -> Result<GcOutcome> {
+    let _g = inner.gc_lock.lock();
+    let payload = inner.layout.band_payload();
+    let victim = {
+        let mut bt = inner.bands.lock();
+        if !urgent && bt.free_count() >= low_watermark(inner) {
+            return Ok(GcOutcome::NoVictim);
+        }
+        let mut best: Option<(u64, u64, u32)> = None;
+        for (i, b) in bt.bands.iter().enumerate() {
+            if b.state != BandState::Sealed || b.inflight > 0 {
+                continue;
+            }
+            let live = inner.band_live[i].load(Relaxed);
+            let dead = payload.saturating_sub(live);
+            if dead == 0 {
+                continue;
+            }
+            let better = match best {
+                None => true,
+                Some((d, fs, _)) => dead > d || (dead == d && b.first_seq < fs),
+            };
+            if better {
+                best = Some((dead, b.first_seq, i as u32));
+            }
+        }
+        match best {
+            Some((_, _, v)) => {
+                bt.bands[v as usize].state = BandState::Victim;
+                v
+            }
+            None => return Ok(GcOutcome::NoVictim),
+        }
+    };
+    match relocate_band(inner, victim) {
+        Ok(true) => {
+            let w = Waiter::new();
+            let hdr = BandHeader { state: BAND_FREE, pool_tag: inner.tag, band: victim, first_seq: 0 };
+            inner.send(WMsg::BandHeader { band: victim, hdr, free: Some(w.clone()) })?;
+            w.wait()?;
+            inner.c.gc_runs.fetch_add(1, Relaxed);
+            inner.c.gc_bands_freed.fetch_add(1, Relaxed);
+            Ok(GcOutcome::Freed(victim))
+        }
+        Ok(false) => {
+            inner.bands.lock().bands[victim as usize].state = BandState::Pinned;
+            Ok(GcOutcome::NoVictim)
+        }
+        Err(e) => {
+            let mut bt = inner.bands.lock();
+            if bt.bands[victim as usize].state == BandState::Victim {
+                bt.bands[victim as usize].state = BandState::Sealed;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Oldest record sequence number any in-use band other than `victim` may hold.
+fn min_seq_elsewhere(inner: &Inner, victim: u32) -> u64 {
+    let bt = inner.bands.lock();
+    bt.bands
+        .iter()
+        .enumerate()
+        .filter(|(i, b)| *i as u32 != victim && b.state != BandState::Free)
+        .map(|(i, _)| inner.band_min_seq[i].load(Relaxed))
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
+/// Move every live record out of `band`. Returns false if a live record could not
+/// be read (the band is then kept so nothing is lost silently).
+fn relocate_band(inner: &Inner, band: u32) -> Result<bool> {
+    let written = inner.bands.lock().bands[band as usize].written_slots;
+    let first = inner.layout.first_slot(band);
+    let (dev_i, band_off) = inner.layout.band_addr(band);
+    let dev = &inner.pool.caps[dev_i];
+    let seg = inner.layout.seg as usize;
+    let hdr = inner.layout.geo.band_header_size as u64;
+    let min_other = min_seq_elsewhere(inner, band);
+    let mut intact = true;
+    let mut moves: Vec<PRec> = Vec::new();
+    let mut move_bytes = 0usize;
+    let chunk_slots = ((4usize << 20) / seg).max(1) as u64;
+    let mut slot_i = 0u64;
+    let mut chunk = AlignedBuf::new(0);
+    let mut chunk_start = u64::MAX;
+    let mut chunk_len = 0u64;
+    while slot_i < written {
+        // Read the band in 4 MiB chunks; a multi-slot segment may extend a chunk.
+        let need_end = |n: u64| slot_i + n;
+        if slot_i < chunk_start || slot_i >= chunk_start + chunk_len {
+            let n = chunk_slots.min(written - slot_i);
+            chunk = AlignedBuf::new(n as usize * seg);
+            dev.read_at(&mut chunk, band_off + hdr + slot_i * seg as u64)
+                .map_err(|e| Error::io(&dev.info().path, "GC reading a band", e))?;
+            inner.c.gc_bytes_read.fetch_add(chunk.len() as u64, Relaxed);
+            chunk_start = slot_i;
+            chunk_len = n;
+        }
+        let rel = ((slot_i - chunk_start) as usize) * seg;
+        let Some(sh) = SegmentHeader::decode(&chunk[rel..]) else {
+            slot_i += 1;
+            continue;
+        };
+        let k = (sh.nslots.max(1)) as u64;
+        let segbuf: Vec<u8>;
+        let segdata: &[u8] = if slot_i + k <= chunk_start + chunk_len {
+            &chunk[rel..rel + k as usize * seg]
+        } else {
+            let mut b = AlignedBuf::new(k as usize * seg);
+            dev.read_at(&mut b, band_off + hdr + slot_i * seg as u64)
+                .map_err(|e| Error::io(&dev.info().path, "GC reading a segment", e))?;
+            segbuf = b.to_vec();
+            &segbuf
+        };
+        let _ = need_end;
+        let slot = first + slot_i;
+        let entries = match decode_footer(segdata) {
+            Some(f) if f.segment_seq == sh.segment_seq && f.pool_tag == inner.tag => decode_summary(segdata, &f),
+            _ => crate::recovery::parse_partial(segdata, &sh).map(|(e, _)| e),
+        };
+        let entries = match entries {
+            Ok(e) => e,
+            Err(_) => {
+                // Summary unreadable: fall back to the records themselves.
+                match crate::recovery::parse_partial(segdata, &sh) {
+                    Ok((e, _)) => e,
+                    Err(_) => Vec::new(),
+                }
+            }
+        };
+        for e in entries {
+            let loc = Loc::new(slot, e.offset, e.len, e.tombstone);
+            if inner.index.get(e.digest) != Some(loc.0) {
+                continue;
+            }
+            let off = e.offset as usize;
+            let end = off + e.len as usize;
+            let rec = match segdata.get(off..end).map(decode_record) {
+                Some(Ok(_)) => &segdata[off..end],
+                _ => {
+                    inner.c.corruptions.fetch_add(1, Relaxed);
+                    intact = false;
+                    continue;
+                }
+            };
+            if e.tombstone && e.seq < min_other {
+                if inner.index.remove_if(e.digest, loc.0) {
+                    inner.sub_live(loc);
+                    inner.c.gc_tombstones_dropped.fetch_add(1, Relaxed);
+                }
+                continue;
+            }
+            // Strip the group flag: a moved record stands alone.
+            let mut bytes = rec.to_vec();
+            if bytes[18] & REC_MORE != 0 {
+                bytes[18] &= !REC_MORE;
+            }
+            move_bytes += round_up(bytes.len(), 8);
+            moves.push(PRec { digest: e.digest, bytes, kind: Kind::Relocate(loc) });
+            if move_bytes >= inner.max_group_bytes() / 2 {
+                submit_moves(inner, &mut moves)?;
+                move_bytes = 0;
+            }
+        }
+        slot_i += k;
+    }
+    submit_moves(inner, &mut moves)?;
+    if !intact {
+        return Ok(false);
+    }
+    let left = inner.band_live[band as usize].load(Relaxed);
+    if left != 0 {
+        return Err(Error::Corruption(format!(
+            "GC: band {band} still has {left} live bytes after moving everything it holds"
+        )));
+    }
+    Ok(true)
+}
+
+fn submit_moves(inner: &Inner, moves: &mut Vec<PRec>) -> Result<()> {
+    // Each move is its own request, so a move made stale by a concurrent user
+    // write is dropped alone; the group commit still writes them together.
+    let reqs: Vec<_> = moves.drain(..).map(|m| Req::new(vec![m], Class::Gc)).collect();
+    inner.submit_all(reqs).map(|_| ())
+}

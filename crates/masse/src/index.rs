@@ -1,0 +1,1436 @@
+//! The in-DRAM hash index (MASSé §2.5): key digest → record location.
+//!
+//! # What is stored
+//!
+//! A key is known to the index only by its 128-bit [`Digest`],
+//! `xxh3_128(key)` (see [`digest`]; XXH3 is specified bit-exactly, so digests
+//! are stable across platforms and crate versions). The index maps a digest to
+//! a *location*, an opaque `u64` chosen by the engine: the index never
+//! interprets it, and two locations are the same iff their `u64`s are equal.
+//!
+//! Every slot is 16 bytes: `fp: u64`, the low 64 bits of the digest (0 is
+//! remapped to 1, because `fp == 0` marks an empty slot), and `loc: u64`. The
+//! high 64 bits of the digest are *not* stored; their top `log2(S)` bits select
+//! one of `S` shards (a power of two, default [`DEFAULT_SHARDS`]) and are
+//! implied by which shard holds the entry. Nothing else is spent per key: the
+//! DRAM cost is `16 / load factor` bytes per key plus a few dozen kilobytes of
+//! shard headers (see [`Index::memory_bytes`]).
+//!
+//! # Layout
+//!
+//! Each shard sits behind its own [`parking_lot::RwLock`] (cache-line aligned,
+//! so locks of different shards never share a line): readers of different
+//! shards never contend, a writer locks one shard, and growing a shard (a
+//! rehash) happens under that shard's write lock only, touching 1/S of the
+//! index. A shard is one flat `Box<[slot]>` of *any* capacity (not a power of
+//! two), open addressing with linear probing and wrap-around at the end of the
+//! table. The home slot of a fingerprint is `(fp * cap) >> 64` ("fastrange",
+//! one multiply). Clusters are kept ordered by (home slot, fp) — the
+//! Robin Hood / Amble–Knuth ordered variant of linear probing — so a lookup of
+//! an absent key stops as soon as it meets an entry that would sort after it,
+//! instead of running to the end of the cluster; this is what makes a high
+//! load factor affordable. Deletion is by backward shift: no tombstones, and
+//! the table after any sequence of operations is exactly as if the surviving
+//! keys had been inserted in fp order.
+//!
+//! A shard grows by [`DEFAULT_GROWTH`] (×1.25) when its load would exceed
+//! [`DEFAULT_MAX_LOAD`] (0.9). Because keys are spread uniformly, all shards
+//! fill at the same pace; if they all had the same capacity they would all grow
+//! at the same moment and the whole index would swing between load 0.9 and
+//! 0.72 (17.8 ↔ 22.2 bytes/key). Instead each shard's capacities follow its own
+//! geometric ladder `MIN_CAP · g^(k + i/S)`, staggered by its shard number `i`,
+//! so at any key count the shards' loads are spread evenly (in log scale) over
+//! `[max_load/g, max_load]` and the index as a whole costs a steady
+//! `16 · (g − 1) / (max_load · ln g)` ≈ 19.9 bytes/key. An index built with
+//! [`Index::with_capacity`] for the number of keys it will hold is sized to
+//! ≈ `max_load` up front (≈ 18 bytes/key) and does not grow.
+//!
+//! # Why two keys are (practically) never confused
+//!
+//! Two distinct keys A and B are confused — a `get(B)` answers A's location, an
+//! `insert(B)` overwrites A's entry — iff they land in the same shard and have
+//! the same stored fingerprint, i.e. iff the top `log2 S` bits of the high
+//! halves of their digests *and* the low 64 bits of their digests are equal.
+//! For a good 128-bit hash these are `64 + log2 S` independent uniform bits, so
+//! with `n` keys the expected number of confused pairs is
+//!
+//! ```text
+//! E ≈ n² / 2 / (S · 2^64)
+//!   S = 1024 (default):  n = 10^8 → 2.7e-7     n = 10^9 → 2.7e-5
+//!   S = 1:               n = 10^8 → 2.7e-4     n = 10^9 → 2.7e-2
+//! ```
+//!
+//! i.e. with the default shard count, a billion-key index has about a 1 in
+//! 37 000 chance of containing a single confused pair at all. No device read is
+//! needed on put. (A confusion on get would also be caught by the engine if it
+//! compares the key stored in the record it reads.)
+//!
+//! Note on the home slot: it would buy `≈ log2(slots / probe window)` further
+//! bits of identity to derive the home slot from the *unstored* high half of the
+//! digest (keys would then be told apart by fp only within a probe window). But
+//! a table that does not store those bits cannot recompute an entry's home
+//! slot, and both operations this design relies on need exactly that: growing a
+//! shard re-places every entry at a new capacity, and backward-shift deletion
+//! must know each following entry's home to decide whether it may move back.
+//! So the home slot is derived from the stored fingerprint, and the identity is
+//! `64 + log2 S` bits, as computed above.
+//!
+//! # Checkpoints
+//!
+//! [`Index::shard_image`] / [`Index::load_shard_image`] save and restore one
+//! shard bit-exactly (capacity, count, every slot in place). Loading validates
+//! the image, including the cluster order that lookups rely on, so a corrupt
+//! image is an [`IndexImageError`], never a panic or a silently wrong index. An
+//! image is only meaningful in an index with the same shard count as the one it
+//! was taken from (the shard number is implied, not stored).
+
+use std::fmt;
+
+use parking_lot::RwLock;
+
+/// A key's identity in the index: `xxh3_128(key)`.
+pub type Digest = u128;
+
+/// The digest of `key`: XXH3-128 (seed 0), stable across platforms and versions.
+#[inline]
+pub fn digest(key: &[u8]) -> Digest {
+    xxhash_rust::xxh3::xxh3_128(key)
+}
+
+/// Default number of shards of [`Index::new`] and [`Index::with_capacity`].
+pub const DEFAULT_SHARDS: usize = 1024;
+
+/// Default maximum load factor of a shard: it grows before exceeding it.
+pub const DEFAULT_MAX_LOAD: f64 = 0.9;
+
+/// Default growth factor of a shard's capacity.
+pub const DEFAULT_GROWTH: f64 = 1.25;
+
+/// Smallest non-empty table; a shard allocates nothing until its first insert.
+const MIN_CAP: usize = 8;
+
+/// Size of one slot in bytes (fingerprint + location).
+pub const SLOT_BYTES: usize = 16;
+
+/// Size of the header of a shard image (capacity, count).
+const IMAGE_HEADER: usize = 16;
+
+/// Tuning knobs of an [`Index`]; see [`Index::with_options`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IndexOptions {
+    /// Number of shards; rounded up to a power of two, clamped to `[1, 2^20]`.
+    pub shards: usize,
+    /// Number of keys to size the tables for up front (0: grow from empty).
+    pub expected_keys: usize,
+    /// Maximum load factor of a shard, clamped to `[0.5, 0.98]`.
+    pub max_load: f64,
+    /// Growth factor of a shard's capacity, clamped to `[1.05, 4.0]`.
+    pub growth: f64,
+}
+
+impl Default for IndexOptions {
+    fn default() -> Self {
+        IndexOptions {
+            shards: DEFAULT_SHARDS,
+            expected_keys: 0,
+            max_load: DEFAULT_MAX_LOAD,
+            growth: DEFAULT_GROWTH,
+        }
+    }
+}
+
+/// Occupancy and probe-length figures of an [`Index`] (see [`Index::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct IndexStats {
+    /// Number of live entries.
+    pub len: usize,
+    /// Total number of slots over all shards, empty ones included.
+    pub capacity: usize,
+    /// Number of shards.
+    pub shards: usize,
+    /// Largest distance of an entry from its home slot (a hit probes this + 1 slots).
+    pub max_displacement: usize,
+    /// Mean distance of an entry from its home slot.
+    pub mean_displacement: f64,
+}
+
+/// Why a shard image was rejected by [`Index::load_shard_image`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IndexImageError {
+    /// The shard number is not below the index's shard count.
+    NoSuchShard {
+        /// Requested shard.
+        shard: usize,
+        /// Shard count of the index.
+        shards: usize,
+    },
+    /// The image length does not match the capacity in its header.
+    BadLength {
+        /// Length the header implies (`None`: overflows).
+        expected: Option<u64>,
+        /// Actual length of the image.
+        actual: usize,
+    },
+    /// The entry count in the header is not the number of non-empty slots.
+    BadCount {
+        /// Count in the header.
+        header: u64,
+        /// Non-empty slots in the image.
+        actual: u64,
+    },
+    /// The table would have no empty slot (capacity must exceed count).
+    Full {
+        /// Capacity in the header.
+        capacity: u64,
+    },
+    /// A slot is out of probe order (or a fingerprint is duplicated), so lookups would miss it.
+    Disordered {
+        /// Slot index.
+        slot: u64,
+    },
+}
+
+impl fmt::Display for IndexImageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IndexImageError::NoSuchShard { shard, shards } => {
+                write!(f, "index image: shard {shard} out of range (index has {shards} shards)")
+            }
+            IndexImageError::BadLength { expected: Some(e), actual } => {
+                write!(f, "index image: length {actual} bytes, header implies {e}")
+            }
+            IndexImageError::BadLength { expected: None, actual } => {
+                write!(f, "index image: length {actual} bytes, header capacity overflows")
+            }
+            IndexImageError::BadCount { header, actual } => {
+                write!(f, "index image: header says {header} entries, table holds {actual}")
+            }
+            IndexImageError::Full { capacity } => {
+                write!(f, "index image: no empty slot in a table of capacity {capacity}")
+            }
+            IndexImageError::Disordered { slot } => {
+                write!(f, "index image: slot {slot} is out of probe order or duplicated")
+            }
+        }
+    }
+}
+
+impl std::error::Error for IndexImageError {}
+
+/// One slot: `[fp, loc]`; `fp == 0` is empty. An array (not a struct) so that
+/// `vec![EMPTY; n]` is a zeroed allocation (untouched pages cost no DRAM).
+type Slot = [u64; 2];
+
+const EMPTY: Slot = [0, 0];
+
+/// The stored fingerprint of a digest: its low 64 bits, 0 remapped to 1.
+#[inline]
+fn fingerprint(d: Digest) -> u64 {
+    let fp = d as u64;
+    if fp == 0 {
+        1
+    } else {
+        fp
+    }
+}
+
+/// Home slot of `fp` in a table of `cap` slots (fastrange).
+#[inline]
+fn home(fp: u64, cap: usize) -> usize {
+    ((fp as u128 * cap as u128) >> 64) as usize
+}
+
+/// Distance of slot `pos` from the home of `fp`, cyclically.
+#[inline]
+fn displacement(fp: u64, pos: usize, cap: usize) -> usize {
+    let h = home(fp, cap);
+    if pos >= h {
+        pos - h
+    } else {
+        pos + cap - h
+    }
+}
+
+/// Result of probing a table for a fingerprint.
+enum Probe {
+    /// The fingerprint is at this slot.
+    Found(usize),
+    /// Absent; this is where it would be inserted.
+    Vacant(usize),
+}
+
+/// Finds `fp` in `t`, or the slot where it belongs. `t` must have an empty slot.
+#[inline]
+fn probe(t: &[Slot], fp: u64) -> Probe {
+    let cap = t.len();
+    if cap == 0 {
+        return Probe::Vacant(0);
+    }
+    let mut pos = home(fp, cap);
+    let mut k = 0usize;
+    while k < cap {
+        let efp = t[pos][0];
+        if efp == fp {
+            return Probe::Found(pos);
+        }
+        if efp == 0 {
+            return Probe::Vacant(pos);
+        }
+        let d = displacement(efp, pos, cap);
+        if d < k || (d == k && efp > fp) {
+            return Probe::Vacant(pos);
+        }
+        k += 1;
+        pos += 1;
+        if pos == cap {
+            pos = 0;
+        }
+    }
+    // Unreachable while the table has an empty slot (an invariant).
+    Probe::Vacant(pos)
+}
+
+/// Puts `slot` at `pos` (a `Probe::Vacant` answer), shifting the rest of the
+/// cluster up by one. `t` must have an empty slot.
+fn insert_at(t: &mut [Slot], pos: usize, slot: Slot) {
+    let cap = t.len();
+    // Next empty slot at or after pos.
+    let mut r = pos;
+    let mut n = 0;
+    while t[r][0] != 0 {
+        r += 1;
+        if r == cap {
+            r = 0;
+        }
+        n += 1;
+        if n >= cap {
+            return; // full table: cannot happen (invariant), never loop forever
+        }
+    }
+    if r >= pos {
+        t.copy_within(pos..r, pos + 1);
+    } else {
+        t.copy_within(0..r, 1);
+        t[0] = t[cap - 1];
+        t.copy_within(pos..cap - 1, pos + 1);
+    }
+    t[pos] = slot;
+}
+
+/// Removes the entry at `pos` by backward shift.
+fn remove_at(t: &mut [Slot], pos: usize) {
+    let cap = t.len();
+    let mut j = pos;
+    loop {
+        let mut nx = j + 1;
+        if nx == cap {
+            nx = 0;
+        }
+        let e = t[nx];
+        if e[0] == 0 || nx == pos || displacement(e[0], nx, cap) == 0 {
+            break;
+        }
+        t[j] = e;
+        j = nx;
+    }
+    t[j] = EMPTY;
+}
+
+/// A table of `cap` empty slots (a zeroed allocation).
+fn empty_table(cap: usize) -> Box<[Slot]> {
+    vec![EMPTY; cap].into_boxed_slice()
+}
+
+/// The entries of `old` in a new table of `cap` slots (`cap` > entries).
+///
+/// One sequential pass: a table's entries, read in slot order, are sorted by
+/// fingerprint — except those of a cluster that wraps past the end, which sit
+/// at the start of the table and are the largest. Placing entries in
+/// fingerprint order at `max(home, previous + 1)` builds the new table with no
+/// probing or shifting; the few that would run past its end are inserted
+/// normally afterwards (an ordered table does not depend on insertion order).
+fn rebuild(old: &[Slot], cap: usize) -> Box<[Slot]> {
+    let old_cap = old.len();
+    let mut t = empty_table(cap);
+    let wrapped = |pos: usize, fp: u64| pos < home(fp, old_cap);
+    // Entries of the wrapped cluster at the start of `old`.
+    let n_wrapped = old
+        .iter()
+        .enumerate()
+        .take_while(|(pos, e)| e[0] != 0 && wrapped(*pos, e[0]))
+        .count();
+    let in_order = old[n_wrapped..]
+        .iter()
+        .chain(old[..n_wrapped].iter())
+        .filter(|e| e[0] != 0);
+    let mut w = 0usize;
+    let mut overflow: Vec<Slot> = Vec::new();
+    for e in in_order {
+        let p = home(e[0], cap).max(w);
+        if p < cap {
+            t[p] = *e;
+            w = p + 1;
+        } else {
+            overflow.push(*e);
+        }
+    }
+    for e in overflow {
+        if let Probe::Vacant(p) = probe(&t, e[0]) {
+            insert_at(&mut t, p, e);
+        }
+    }
+    t
+}
+
+/// Largest entry count allowed in a table of `cap` slots.
+fn max_len_for(cap: usize, max_load: f64) -> usize {
+    if cap == 0 {
+        return 0;
+    }
+    ((cap as f64 * max_load) as usize).clamp(1, cap - 1)
+}
+
+/// One shard: a linear-probing table.
+struct Shard {
+    table: Box<[Slot]>,
+    len: usize,
+    /// Grow before `len` would exceed this.
+    max_len: usize,
+}
+
+impl Shard {
+    fn with_capacity(cap: usize, max_load: f64) -> Shard {
+        Shard {
+            table: empty_table(cap),
+            len: 0,
+            max_len: max_len_for(cap, max_load),
+        }
+    }
+
+    #[inline]
+    fn get(&self, fp: u64) -> Option<u64> {
+        match probe(&self.table, fp) {
+            Probe::Found(p) => Some(self.table[p][1]),
+            Probe::Vacant(_) => None,
+        }
+    }
+
+    fn remove_slot(&mut self, pos: usize) -> u64 {
+        let loc = self.table[pos][1];
+        remove_at(&mut self.table, pos);
+        self.len -= 1;
+        loc
+    }
+}
+
+/// A shard behind its lock, alone on its cache line(s).
+#[repr(align(64))]
+struct Padded(RwLock<Shard>);
+
+/// The sharded in-DRAM hash index: [`Digest`] → location (`u64`).
+///
+/// All methods take `&self` and are thread-safe. Callbacks
+/// ([`Index::update_with`], [`Index::for_each`], [`Index::retain`]) run under a
+/// shard lock and must not call back into the same index.
+pub struct Index {
+    shards: Box<[Padded]>,
+    /// `64 - log2(shards)`; 64 for a single shard.
+    shard_shift: u32,
+    max_load: f64,
+    growth: f64,
+}
+
+impl Default for Index {
+    fn default() -> Self {
+        Index::new()
+    }
+}
+
+impl fmt::Debug for Index {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Index")
+            .field("shards", &self.shards.len())
+            .field("len", &self.len())
+            .field("memory_bytes", &self.memory_bytes())
+            .finish()
+    }
+}
+
+impl Index {
+    /// An empty index with [`DEFAULT_SHARDS`] shards that grows as needed.
+    pub fn new() -> Index {
+        Index::with_options(IndexOptions::default())
+    }
+
+    /// An empty index with [`DEFAULT_SHARDS`] shards sized for `expected_keys`.
+    pub fn with_capacity(expected_keys: usize) -> Index {
+        Index::with_options(IndexOptions {
+            expected_keys,
+            ..IndexOptions::default()
+        })
+    }
+
+    /// An empty index with `shards` shards (rounded up to a power of two)
+    /// sized for `expected_keys`.
+    pub fn with_shards(shards: usize, expected_keys: usize) -> Index {
+        Index::with_options(IndexOptions {
+            shards,
+            expected_keys,
+            ..IndexOptions::default()
+        })
+    }
+
+    /// An empty index with explicit tuning (out-of-range values are clamped).
+    pub fn with_options(opts: IndexOptions) -> Index {
+        let shards = opts.shards.clamp(1, 1 << 20).next_power_of_two();
+        let max_load = if opts.max_load.is_finite() {
+            opts.max_load.clamp(0.5, 0.98)
+        } else {
+            DEFAULT_MAX_LOAD
+        };
+        let growth = if opts.growth.is_finite() {
+            opts.growth.clamp(1.05, 4.0)
+        } else {
+            DEFAULT_GROWTH
+        };
+        let cap = if opts.expected_keys == 0 {
+            0
+        } else {
+            // Size every shard for its expected share plus 3 standard
+            // deviations (binomial): about one shard in 700 will still grow
+            // once, which costs less than a wider margin on every shard.
+            let m = opts.expected_keys as f64 / shards as f64;
+            let keys = m + 3.0 * m.sqrt() + 1.0;
+            ((keys / max_load).ceil() as usize).max(MIN_CAP)
+        };
+        let shards_vec: Vec<Padded> = (0..shards)
+            .map(|_| Padded(RwLock::new(Shard::with_capacity(cap, max_load))))
+            .collect();
+        Index {
+            shards: shards_vec.into_boxed_slice(),
+            shard_shift: 64 - shards.trailing_zeros(),
+            max_load,
+            growth,
+        }
+    }
+
+    #[inline]
+    fn shard_of(&self, d: Digest) -> &RwLock<Shard> {
+        // The mask is a no-op (the index is already in range); it only lets
+        // the compiler drop the bounds check.
+        &self.shards[self.shard_index(d) & (self.shards.len() - 1)].0
+    }
+
+    /// Capacity of the next table of shard `i`, holding at least `needed` keys
+    /// and larger than `cur`: the next rung of the shard's staggered ladder
+    /// `MIN_CAP * growth^(k + i/S)` at or above `cur * (1 + (growth-1)/2)`.
+    fn next_capacity(&self, i: usize, cur: usize, needed: usize) -> usize {
+        let g = self.growth;
+        let phase = i as f64 / self.shards.len() as f64;
+        let target = (cur as f64 * (1.0 + (g - 1.0) / 2.0))
+            .max(needed as f64 / self.max_load)
+            .max(MIN_CAP as f64);
+        let k = ((target / MIN_CAP as f64).ln() / g.ln() - phase).ceil();
+        let rung = (MIN_CAP as f64 * g.powf(k + phase)).ceil();
+        let mut cap = if rung.is_finite() && rung < (usize::MAX / 2) as f64 {
+            rung as usize
+        } else {
+            cur.saturating_mul(2)
+        };
+        cap = cap.max(cur + 1).max(MIN_CAP);
+        while max_len_for(cap, self.max_load) < needed {
+            cap += cap / 8 + 1;
+        }
+        cap
+    }
+
+    /// Rehashes shard `i` into a larger table able to hold one more key.
+    fn grow(&self, i: usize, s: &mut Shard) {
+        let cap = self.next_capacity(i, s.table.len(), s.len + 1);
+        s.table = rebuild(&s.table, cap);
+        s.max_len = max_len_for(cap, self.max_load);
+    }
+
+    #[inline]
+    fn shard_index(&self, d: Digest) -> usize {
+        let hi = (d >> 64) as u64;
+        hi.checked_shr(self.shard_shift).unwrap_or(0) as usize
+    }
+
+    /// Inserts a key known to be absent (`pos` from a `Vacant` probe).
+    fn insert_new(&self, i: usize, s: &mut Shard, fp: u64, loc: u64, mut pos: usize) {
+        if s.len + 1 > s.max_len {
+            self.grow(i, s);
+            pos = match probe(&s.table, fp) {
+                Probe::Vacant(p) | Probe::Found(p) => p,
+            };
+        }
+        insert_at(&mut s.table, pos, [fp, loc]);
+        s.len += 1;
+    }
+
+    /// The location of `d`, if present.
+    #[inline]
+    pub fn get(&self, d: Digest) -> Option<u64> {
+        self.shard_of(d).read().get(fingerprint(d))
+    }
+
+    /// Maps `d` to `loc`; returns the previous location, if any.
+    pub fn insert(&self, d: Digest, loc: u64) -> Option<u64> {
+        self.update_with(d, |old| (Some(loc), old))
+    }
+
+    /// Replaces the location of `d` by `new` only if it currently is `current`.
+    /// Returns whether it did.
+    pub fn compare_exchange(&self, d: Digest, current: u64, new: u64) -> bool {
+        let fp = fingerprint(d);
+        let mut s = self.shard_of(d).write();
+        match probe(&s.table, fp) {
+            Probe::Found(p) if s.table[p][1] == current => {
+                s.table[p][1] = new;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Removes `d`; returns its location, if it was present.
+    pub fn remove(&self, d: Digest) -> Option<u64> {
+        let fp = fingerprint(d);
+        let mut s = self.shard_of(d).write();
+        match probe(&s.table, fp) {
+            Probe::Found(p) => Some(s.remove_slot(p)),
+            Probe::Vacant(_) => None,
+        }
+    }
+
+    /// Removes `d` only if its location is `current`. Returns whether it did.
+    pub fn remove_if(&self, d: Digest, current: u64) -> bool {
+        let fp = fingerprint(d);
+        let mut s = self.shard_of(d).write();
+        match probe(&s.table, fp) {
+            Probe::Found(p) if s.table[p][1] == current => {
+                s.remove_slot(p);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Atomic read-modify-write of `d`'s entry under its shard's write lock:
+    /// `f` gets the current location (`None`: absent) and returns the new one
+    /// (`None`: remove / stay absent) and a result, which is returned.
+    ///
+    /// `f` must not call into this index (it would deadlock). If `f` panics,
+    /// the entry is left unchanged.
+    pub fn update_with<R>(&self, d: Digest, f: impl FnOnce(Option<u64>) -> (Option<u64>, R)) -> R {
+        let fp = fingerprint(d);
+        let i = self.shard_index(d);
+        let mut s = self.shard_of(d).write();
+        match probe(&s.table, fp) {
+            Probe::Found(p) => {
+                let (new, r) = f(Some(s.table[p][1]));
+                match new {
+                    Some(loc) => s.table[p][1] = loc,
+                    None => {
+                        s.remove_slot(p);
+                    }
+                }
+                r
+            }
+            Probe::Vacant(p) => {
+                let (new, r) = f(None);
+                if let Some(loc) = new {
+                    self.insert_new(i, &mut s, fp, loc, p);
+                }
+                r
+            }
+        }
+    }
+
+    /// Number of entries (sums the shards; not a snapshot under concurrent writes).
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|p| p.0.read().len).sum()
+    }
+
+    /// Whether the index holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.shards.iter().all(|p| p.0.read().len == 0)
+    }
+
+    /// Heap and struct bytes of the index: every table slot (empty ones
+    /// included) plus the shard headers. This is the honest DRAM figure.
+    pub fn memory_bytes(&self) -> usize {
+        let tables: usize = self
+            .shards
+            .iter()
+            .map(|p| p.0.read().table.len() * SLOT_BYTES)
+            .sum();
+        std::mem::size_of::<Index>() + std::mem::size_of_val(&*self.shards) + tables
+    }
+
+    /// Number of shards (a power of two).
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Removes every entry and frees every table.
+    pub fn clear(&self) {
+        for p in self.shards.iter() {
+            let mut s = p.0.write();
+            *s = Shard::with_capacity(0, self.max_load);
+        }
+    }
+
+    /// Calls `f` with the location of every entry, shard by shard, each shard
+    /// under its read lock (`f` must not write to this index).
+    pub fn for_each(&self, mut f: impl FnMut(u64)) {
+        for p in self.shards.iter() {
+            let s = p.0.read();
+            for e in s.table.iter() {
+                if e[0] != 0 {
+                    f(e[1]);
+                }
+            }
+        }
+    }
+
+    /// Calls `f` with the location of every entry of one shard, under its read lock.
+    pub fn for_each_in_shard(&self, shard: usize, mut f: impl FnMut(u64)) {
+        if let Some(p) = self.shards.get(shard) {
+            let s = p.0.read();
+            for e in s.table.iter() {
+                if e[0] != 0 {
+                    f(e[1]);
+                }
+            }
+        }
+    }
+
+    /// Removes every entry whose location fails `f` (called once per entry,
+    /// shard by shard, each shard under its write lock).
+    pub fn retain(&self, mut f: impl FnMut(u64) -> bool) {
+        for p in self.shards.iter() {
+            let mut s = p.0.write();
+            let removed = retain_table(&mut s.table, &mut f);
+            s.len -= removed;
+        }
+    }
+
+    /// Occupancy and displacement figures (scans every table).
+    pub fn stats(&self) -> IndexStats {
+        let mut st = IndexStats {
+            shards: self.shards.len(),
+            ..IndexStats::default()
+        };
+        let mut total_disp = 0u128;
+        for p in self.shards.iter() {
+            let s = p.0.read();
+            let cap = s.table.len();
+            st.len += s.len;
+            st.capacity += cap;
+            for (pos, e) in s.table.iter().enumerate() {
+                if e[0] != 0 {
+                    let d = displacement(e[0], pos, cap);
+                    total_disp += d as u128;
+                    st.max_displacement = st.max_displacement.max(d);
+                }
+            }
+        }
+        if st.len > 0 {
+            st.mean_displacement = total_disp as f64 / st.len as f64;
+        }
+        st
+    }
+
+    /// A self-describing little-endian image of shard `shard`: table capacity
+    /// (u64), entry count (u64), then every slot as `fp` (u64), `loc` (u64),
+    /// empty slots included. An out-of-range `shard` gives an empty vector
+    /// (which [`Index::load_shard_image`] rejects).
+    pub fn shard_image(&self, shard: usize) -> Vec<u8> {
+        let Some(p) = self.shards.get(shard) else {
+            return Vec::new();
+        };
+        let s = p.0.read();
+        let mut out = Vec::with_capacity(IMAGE_HEADER + s.table.len() * SLOT_BYTES);
+        out.extend_from_slice(&(s.table.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(s.len as u64).to_le_bytes());
+        for e in s.table.iter() {
+            out.extend_from_slice(&e[0].to_le_bytes());
+            out.extend_from_slice(&e[1].to_le_bytes());
+        }
+        out
+    }
+
+    /// Validates `image` (see [`Index::shard_image`]) and installs it as shard
+    /// `shard`, replacing its contents. On error the shard is unchanged.
+    ///
+    /// Checks: length = 16 + 16 × capacity; count = number of non-empty slots;
+    /// capacity > count (or both 0); every entry reachable from its home slot
+    /// in probe order with no duplicate fingerprint.
+    pub fn load_shard_image(&self, shard: usize, image: &[u8]) -> Result<(), IndexImageError> {
+        let Some(p) = self.shards.get(shard) else {
+            return Err(IndexImageError::NoSuchShard {
+                shard,
+                shards: self.shards.len(),
+            });
+        };
+        let t = parse_image(image)?;
+        let len = t.iter().filter(|e| e[0] != 0).count();
+        let mut s = p.0.write();
+        s.max_len = max_len_for(t.len(), self.max_load);
+        s.table = t;
+        s.len = len;
+        Ok(())
+    }
+}
+
+/// Decodes and validates a shard image into a table.
+fn parse_image(image: &[u8]) -> Result<Box<[Slot]>, IndexImageError> {
+    let word = |i: usize| -> u64 {
+        let mut b = [0u8; 8];
+        if let Some(s) = image.get(i * 8..i * 8 + 8) {
+            b.copy_from_slice(s);
+        }
+        u64::from_le_bytes(b)
+    };
+    if image.len() < IMAGE_HEADER {
+        return Err(IndexImageError::BadLength {
+            expected: Some(IMAGE_HEADER as u64),
+            actual: image.len(),
+        });
+    }
+    let cap64 = word(0);
+    let count = word(1);
+    let expected = cap64
+        .checked_mul(SLOT_BYTES as u64)
+        .and_then(|b| b.checked_add(IMAGE_HEADER as u64));
+    if expected != Some(image.len() as u64) {
+        return Err(IndexImageError::BadLength {
+            expected,
+            actual: image.len(),
+        });
+    }
+    // The length matched, so the capacity fits in memory (and in usize).
+    let cap = (image.len() - IMAGE_HEADER) / SLOT_BYTES;
+    let mut t = empty_table(cap);
+    let mut actual = 0u64;
+    for (i, e) in t.iter_mut().enumerate() {
+        *e = [word(2 + 2 * i), word(3 + 2 * i)];
+        if e[0] != 0 {
+            actual += 1;
+        }
+    }
+    if actual != count {
+        return Err(IndexImageError::BadCount {
+            header: count,
+            actual,
+        });
+    }
+    if cap64 <= count && !(cap64 == 0 && count == 0) {
+        return Err(IndexImageError::Full { capacity: cap64 });
+    }
+    // Probe order: an entry displaced by d > 0 must follow a non-empty slot
+    // whose entry is displaced by at least d - 1, and by exactly d - 1 (same
+    // home) only with a smaller fingerprint. This makes every entry reachable
+    // by `probe` and rules out duplicate fingerprints.
+    for pos in 0..cap {
+        let fp = t[pos][0];
+        if fp == 0 {
+            continue;
+        }
+        let d = displacement(fp, pos, cap);
+        if d == 0 {
+            continue;
+        }
+        let prev = if pos == 0 { cap - 1 } else { pos - 1 };
+        let pfp = t[prev][0];
+        let ok = pfp != 0 && {
+            let pd = displacement(pfp, prev, cap);
+            d < pd + 1 || (d == pd + 1 && pfp < fp)
+        };
+        if !ok {
+            return Err(IndexImageError::Disordered { slot: pos as u64 });
+        }
+    }
+    Ok(t)
+}
+
+/// Removes the entries of `t` whose location fails `f`, in one pass, keeping
+/// the probe order; returns how many were removed.
+fn retain_table(t: &mut [Slot], f: &mut impl FnMut(u64) -> bool) -> usize {
+    let cap = t.len();
+    // Start right after an empty slot, so no cluster straddles the start.
+    let Some(empty) = t.iter().position(|e| e[0] == 0) else {
+        return 0;
+    };
+    let start = empty + 1;
+    let mut removed = 0;
+    // `w`: first free position (unwrapped coordinates, start..start+cap).
+    let mut w = start;
+    for lin in start..start + cap {
+        let pos = lin % cap;
+        let e = t[pos];
+        if e[0] == 0 {
+            continue;
+        }
+        t[pos] = EMPTY;
+        if !f(e[1]) {
+            removed += 1;
+            continue;
+        }
+        let home_lin = lin - displacement(e[0], pos, cap);
+        let dst = home_lin.max(w);
+        t[dst % cap] = e;
+        w = dst + 1;
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    /// Checks every structural invariant of every shard.
+    fn check_invariants(ix: &Index) {
+        check_invariants_of(ix, true);
+    }
+
+    fn check_invariants_of(ix: &Index, load_bound: bool) {
+        for i in 0..ix.shard_count() {
+            let s = ix.shards[i].0.read();
+            let n = s.table.iter().filter(|e| e[0] != 0).count();
+            assert_eq!(n, s.len, "shard {i} len");
+            assert!(
+                !load_bound || s.len <= s.max_len || s.table.is_empty(),
+                "shard {i} over max load"
+            );
+            if !s.table.is_empty() {
+                assert!(s.len < s.table.len());
+            }
+            let img = ix.shard_image(i);
+            parse_image(&img).expect("valid probe order");
+        }
+    }
+
+    fn mk(hi: u64, lo: u64) -> Digest {
+        ((hi as u128) << 64) | lo as u128
+    }
+
+    fn splitmix(mut z: u64) -> u64 {
+        z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(usize, u64),
+        Remove(usize),
+        Cas(usize, u64, u64),
+        RemoveIf(usize, u64),
+        Update(usize, Option<u64>),
+        Get(usize),
+        Retain(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let k = 0usize..300;
+        let v = 0u64..6;
+        prop_oneof![
+            4 => (k.clone(), v.clone()).prop_map(|(k, v)| Op::Insert(k, v)),
+            2 => k.clone().prop_map(Op::Remove),
+            2 => (k.clone(), v.clone(), v.clone()).prop_map(|(k, a, b)| Op::Cas(k, a, b)),
+            1 => (k.clone(), v.clone()).prop_map(|(k, a)| Op::RemoveIf(k, a)),
+            2 => (k.clone(), proptest::option::of(v.clone())).prop_map(|(k, a)| Op::Update(k, a)),
+            2 => k.prop_map(Op::Get),
+            1 => (0u64..6).prop_map(Op::Retain),
+        ]
+    }
+
+    /// Key universe: the low half (fingerprint) is drawn from few values in a
+    /// narrow range so that homes collide and clusters get long and wrap; the
+    /// high half varies (and selects shards). `mode` picks the flavour.
+    fn universe(mode: u8, seed: u64) -> Vec<Digest> {
+        (0..300u64)
+            .map(|i| {
+                let r = splitmix(seed ^ i.wrapping_mul(0x1234_5677));
+                let hi = splitmix(r);
+                let lo = match mode {
+                    // random 64-bit fingerprints
+                    0 => splitmix(r ^ 7),
+                    // fingerprints crowded at the very top: homes near the end, wrap-around
+                    1 => u64::MAX - (r % 512),
+                    // all keys in one narrow band of homes, with 0 (remapped to 1) and 1 in play
+                    2 => r % 64,
+                    // identical low halves for pairs of keys in different shards
+                    _ => splitmix(i / 2),
+                };
+                mk(hi, lo)
+            })
+            .collect()
+    }
+
+    fn run_model(shards: usize, mode: u8, seed: u64, ops: &[Op]) {
+        let keys = universe(mode, seed);
+        let ix = Index::with_options(IndexOptions {
+            shards,
+            expected_keys: 0,
+            max_load: if seed % 2 == 0 { 0.9 } else { 0.98 },
+            growth: if seed % 3 == 0 { 1.05 } else { 1.25 },
+        });
+        // The model is keyed by what the index can tell apart: (shard, fp).
+        let id = |d: Digest| (ix.shard_index(d), fingerprint(d));
+        let mut model: HashMap<(usize, u64), u64> = HashMap::new();
+        for op in ops {
+            match *op {
+                Op::Insert(k, v) => {
+                    let d = keys[k];
+                    assert_eq!(ix.insert(d, v), model.insert(id(d), v));
+                }
+                Op::Remove(k) => {
+                    let d = keys[k];
+                    assert_eq!(ix.remove(d), model.remove(&id(d)));
+                }
+                Op::Cas(k, a, b) => {
+                    let d = keys[k];
+                    let exp = model.get(&id(d)) == Some(&a);
+                    if exp {
+                        model.insert(id(d), b);
+                    }
+                    assert_eq!(ix.compare_exchange(d, a, b), exp);
+                }
+                Op::RemoveIf(k, a) => {
+                    let d = keys[k];
+                    let exp = model.get(&id(d)) == Some(&a);
+                    if exp {
+                        model.remove(&id(d));
+                    }
+                    assert_eq!(ix.remove_if(d, a), exp);
+                }
+                Op::Update(k, new) => {
+                    let d = keys[k];
+                    let old = model.get(&id(d)).copied();
+                    match new {
+                        Some(v) => model.insert(id(d), v),
+                        None => model.remove(&id(d)),
+                    };
+                    let seen = ix.update_with(d, |cur| (new, cur));
+                    assert_eq!(seen, old);
+                }
+                Op::Get(k) => {
+                    let d = keys[k];
+                    assert_eq!(ix.get(d), model.get(&id(d)).copied());
+                }
+                Op::Retain(x) => {
+                    let mut calls = 0usize;
+                    ix.retain(|loc| {
+                        calls += 1;
+                        loc != x
+                    });
+                    assert_eq!(calls, model.len(), "retain calls f once per entry");
+                    model.retain(|_, v| *v != x);
+                }
+            }
+            assert_eq!(ix.len(), model.len());
+        }
+        check_invariants(&ix);
+        for &d in &keys {
+            assert_eq!(ix.get(d), model.get(&id(d)).copied());
+        }
+        let mut seen = Vec::new();
+        ix.for_each(|l| seen.push(l));
+        let mut want: Vec<u64> = model.values().copied().collect();
+        seen.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(seen, want);
+        // Round trip through images into a fresh index.
+        let ix2 = Index::with_shards(shards, 0);
+        for i in 0..ix.shard_count() {
+            ix2.load_shard_image(i, &ix.shard_image(i)).expect("own image loads");
+        }
+        for &d in &keys {
+            assert_eq!(ix2.get(d), ix.get(d));
+        }
+        assert_eq!(ix2.len(), ix.len());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        #[test]
+        fn model_random(shards in prop_oneof![Just(1usize), Just(4)], mode in 0u8..4, seed: u64,
+                        ops in proptest::collection::vec(op(), 1..600)) {
+            run_model(shards, mode, seed, &ops);
+        }
+    }
+
+    /// The model with real digests of a HashMap<u128, u64> (no confusions
+    /// expected), many keys, one shard: growth through many rungs.
+    #[test]
+    fn model_many_keys_one_shard() {
+        let ix = Index::with_shards(1, 0);
+        let mut model: HashMap<u128, u64> = HashMap::new();
+        for i in 0..200_000u64 {
+            let d = digest(&i.to_le_bytes());
+            let r = splitmix(i);
+            match r % 5 {
+                0 | 1 | 2 => assert_eq!(ix.insert(d, r), model.insert(d, r)),
+                3 => {
+                    let j = splitmix(r) % (i + 1);
+                    let dj = digest(&j.to_le_bytes());
+                    assert_eq!(ix.remove(dj), model.remove(&dj));
+                }
+                _ => {
+                    let j = splitmix(r) % (i + 1);
+                    let dj = digest(&j.to_le_bytes());
+                    assert_eq!(ix.get(dj), model.get(&dj).copied());
+                }
+            }
+        }
+        assert_eq!(ix.len(), model.len());
+        for (d, v) in &model {
+            assert_eq!(ix.get(*d), Some(*v));
+        }
+        check_invariants(&ix);
+        let st = ix.stats();
+        assert!(st.len as f64 / st.capacity as f64 > 0.6, "{st:?}");
+    }
+
+    #[test]
+    fn zero_fingerprint_is_stored() {
+        let ix = Index::with_shards(1, 0);
+        let d0 = mk(5, 0);
+        assert_eq!(ix.get(d0), None);
+        assert_eq!(ix.insert(d0, 42), None);
+        assert_eq!(ix.get(d0), Some(42));
+        // fp 0 and fp 1 are the same identity (documented remap).
+        assert_eq!(ix.get(mk(5, 1)), Some(42));
+        assert_eq!(ix.remove(d0), Some(42));
+        assert!(ix.is_empty());
+    }
+
+    #[test]
+    fn shards_are_selected_by_high_bits() {
+        let ix = Index::with_shards(4, 0);
+        assert_eq!(ix.shard_count(), 4);
+        for s in 0..4u64 {
+            ix.insert(mk(s << 62, 77), s);
+        }
+        assert_eq!(ix.len(), 4);
+        for s in 0..4usize {
+            let img = ix.shard_image(s);
+            assert_eq!(u64::from_le_bytes(img[8..16].try_into().expect("8 bytes")), 1);
+        }
+        for s in 0..4u64 {
+            assert_eq!(ix.get(mk(s << 62, 77)), Some(s));
+        }
+    }
+
+    #[test]
+    fn concurrent_inserts_and_gets() {
+        let ix = Index::with_shards(16, 0);
+        let per = 50_000u64;
+        std::thread::scope(|sc| {
+            for t in 0..8u64 {
+                let ix = &ix;
+                sc.spawn(move || {
+                    for i in 0..per {
+                        let k = t * per + i;
+                        assert_eq!(ix.insert(digest(&k.to_le_bytes()), k), None);
+                        // read back something this thread wrote earlier
+                        let j = t * per + splitmix(k) % (i + 1);
+                        assert_eq!(ix.get(digest(&j.to_le_bytes())), Some(j));
+                        if i % 4 == 0 {
+                            // contended RMW on shared counters keys
+                            let c = digest(&(1_000_000_000 + (i / 4) % 64).to_le_bytes());
+                            ix.update_with(c, |v| (Some(v.unwrap_or(0) + 1), ()));
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(ix.len() as u64, 8 * per + 64);
+        for k in 0..8 * per {
+            assert_eq!(ix.get(digest(&k.to_le_bytes())), Some(k));
+        }
+        let mut total = 0;
+        for c in 0..64u64 {
+            total += ix
+                .get(digest(&(1_000_000_000 + c).to_le_bytes()))
+                .expect("counter present");
+        }
+        assert_eq!(total, 8 * per / 4);
+        check_invariants(&ix);
+    }
+
+    #[test]
+    fn image_round_trip_and_identity() {
+        let ix = Index::with_shards(8, 0);
+        for i in 0..20_000u64 {
+            ix.insert(digest(&i.to_le_bytes()), i * 3);
+        }
+        for i in (0..20_000u64).step_by(3) {
+            ix.remove(digest(&i.to_le_bytes()));
+        }
+        let ix2 = Index::with_shards(8, 1_000_000);
+        let mut bytes = 0;
+        for s in 0..8 {
+            let img = ix.shard_image(s);
+            bytes += img.len();
+            ix2.load_shard_image(s, &img).expect("loads");
+            assert_eq!(ix2.shard_image(s), img, "bit-exact");
+        }
+        assert_eq!(ix2.memory_bytes(), ix.memory_bytes());
+        assert_eq!(bytes, 8 * 16 + ix.stats().capacity * 16);
+        for i in 0..20_000u64 {
+            let d = digest(&i.to_le_bytes());
+            assert_eq!(ix2.get(d), ix.get(d));
+        }
+        // keeps working after load (growth from a loaded table)
+        for i in 20_000..40_000u64 {
+            ix2.insert(digest(&i.to_le_bytes()), i);
+        }
+        check_invariants(&ix2);
+        assert_eq!(ix2.get(digest(&39_999u64.to_le_bytes())), Some(39_999));
+        // empty shards round-trip too
+        let e = Index::with_shards(2, 0);
+        let img = e.shard_image(1);
+        assert_eq!(img.len(), 16);
+        ix2.load_shard_image(1, &img).expect("empty image");
+        assert_eq!(ix2.shard_image(1), img);
+    }
+
+    fn image(cap: u64, count: u64, slots: &[(u64, u64)]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&cap.to_le_bytes());
+        v.extend_from_slice(&count.to_le_bytes());
+        for (a, b) in slots {
+            v.extend_from_slice(&a.to_le_bytes());
+            v.extend_from_slice(&b.to_le_bytes());
+        }
+        v
+    }
+
+    #[test]
+    fn malformed_images_rejected() {
+        let ix = Index::with_shards(2, 0);
+        ix.insert(mk(0, 99), 5);
+        let before = ix.shard_image(0);
+        let bad = |img: &[u8]| {
+            let e = ix.load_shard_image(0, img).expect_err("must reject");
+            assert!(!e.to_string().is_empty());
+            assert_eq!(ix.shard_image(0), before, "shard unchanged on error");
+            e
+        };
+        // too short, bad lengths, overflowing capacity
+        assert!(matches!(bad(&[1, 2, 3]), IndexImageError::BadLength { .. }));
+        assert!(matches!(bad(&image(4, 0, &[(0, 0); 3])), IndexImageError::BadLength { .. }));
+        let mut trailing = image(1, 0, &[(0, 0)]);
+        trailing.push(0);
+        assert!(matches!(bad(&trailing), IndexImageError::BadLength { .. }));
+        assert!(matches!(
+            bad(&image(u64::MAX, 0, &[])),
+            IndexImageError::BadLength { expected: None, .. }
+        ));
+        // count mismatch
+        assert!(matches!(
+            bad(&image(4, 2, &[(0, 0), (u64::MAX / 4 + 1, 9), (0, 0), (0, 0)])),
+            IndexImageError::BadCount { header: 2, actual: 1 }
+        ));
+        // full table, and nonzero count in zero capacity
+        assert!(matches!(bad(&image(1, 1, &[(5, 5)])), IndexImageError::Full { .. }));
+        assert!(matches!(bad(&image(0, 1, &[])), IndexImageError::BadCount { .. }));
+        // entry separated from its home by an empty slot (home of fp 1 in cap 4 is 0)
+        assert!(matches!(
+            bad(&image(4, 1, &[(0, 0), (1, 1), (0, 0), (0, 0)])),
+            IndexImageError::Disordered { slot: 1 }
+        ));
+        // duplicate fingerprint
+        assert!(matches!(
+            bad(&image(4, 2, &[(1, 1), (1, 2), (0, 0), (0, 0)])),
+            IndexImageError::Disordered { slot: 1 }
+        ));
+        // same home out of fp order
+        assert!(matches!(
+            bad(&image(4, 2, &[(3, 1), (2, 2), (0, 0), (0, 0)])),
+            IndexImageError::Disordered { slot: 1 }
+        ));
+        // home order violated (fp with home 2 before fp with home 0)
+        let h2 = u64::MAX / 2 + 5;
+        assert!(matches!(
+            bad(&image(4, 3, &[(0, 0), (0, 0), (h2, 1), (7, 2)])),
+            IndexImageError::BadCount { .. }
+        ));
+        assert!(matches!(
+            bad(&image(4, 3, &[(9, 0), (0, 0), (h2, 1), (7, 2)])),
+            IndexImageError::Disordered { slot: 3 }
+        ));
+        // no such shard
+        assert!(matches!(
+            ix.load_shard_image(2, &before),
+            Err(IndexImageError::NoSuchShard { shard: 2, shards: 2 })
+        ));
+        assert!(ix.shard_image(2).is_empty());
+        // a valid wrapped cluster is accepted: home 3 entries wrapping to slot 0
+        let h3 = u64::MAX - 10;
+        let ok = image(4, 2, &[(h3 + 1, 2), (0, 0), (0, 0), (h3, 1)]);
+        ix.load_shard_image(1, &ok).expect("wrapped cluster is valid");
+        assert_eq!(ix.get(mk(u64::MAX, h3)), Some(1));
+        assert_eq!(ix.get(mk(u64::MAX, h3 + 1)), Some(2));
+        assert_eq!(ix.get(mk(u64::MAX, h3 + 2)), None);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Random corruptions of a valid image never panic; whatever loads is
+        /// structurally valid and every key in it can be found.
+        #[test]
+        fn fuzzed_images_never_panic(seed: u64, flips in proptest::collection::vec((0usize..2000, any::<u8>()), 1..8)) {
+            let ix = Index::with_shards(1, 0);
+            for i in 0..60u64 {
+                ix.insert(mk(0, splitmix(seed ^ i) % 4096 * (u64::MAX / 4096)), i);
+            }
+            let mut img = ix.shard_image(0);
+            for (at, b) in flips {
+                let at = at % img.len();
+                img[at] ^= b;
+            }
+            if ix.load_shard_image(0, &img).is_ok() {
+                check_invariants_of(&ix, false);
+                let cap = (img.len() - 16) / 16;
+                for s in 0..cap {
+                    let fp = u64::from_le_bytes(img[16 + 16 * s..24 + 16 * s].try_into().expect("8"));
+                    let loc = u64::from_le_bytes(img[24 + 16 * s..32 + 16 * s].try_into().expect("8"));
+                    if fp != 0 {
+                        prop_assert_eq!(ix.get(mk(0, fp)), Some(loc));
+                    }
+                }
+            }
+        }
+
+        /// Loading every shard image into an index with the same shard count
+        /// reproduces identical get() results, for present and absent keys.
+        #[test]
+        fn image_reload_same_gets(shards in prop_oneof![Just(1usize), Just(4), Just(64)],
+                                  n in 0usize..3000, seed: u64) {
+            let ix = Index::with_shards(shards, 0);
+            for i in 0..n as u64 {
+                let d = mk(splitmix(seed ^ i), splitmix(i ^ !seed));
+                ix.insert(d, i);
+                if i % 5 == 0 {
+                    ix.remove(mk(splitmix(seed ^ (i / 2)), splitmix((i / 2) ^ !seed)));
+                }
+            }
+            let ix2 = Index::with_shards(shards, 0);
+            for s in 0..shards {
+                ix2.load_shard_image(s, &ix.shard_image(s)).expect("loads");
+            }
+            for i in 0..(n as u64 + 100) {
+                let d = mk(splitmix(seed ^ i), splitmix(i ^ !seed));
+                prop_assert_eq!(ix2.get(d), ix.get(d));
+            }
+            prop_assert_eq!(ix2.len(), ix.len());
+        }
+    }
+
+    #[test]
+    fn memory_grows_with_keys_and_is_honest() {
+        let ix = Index::new();
+        let empty = ix.memory_bytes();
+        assert!(empty >= DEFAULT_SHARDS * 64, "shard headers are counted");
+        let mut last = empty;
+        let mut grew = 0;
+        for step in 1..=20u64 {
+            for i in (step - 1) * 50_000..step * 50_000 {
+                ix.insert(digest(&i.to_le_bytes()), i);
+            }
+            let m = ix.memory_bytes();
+            assert!(m >= last);
+            if m > last {
+                grew += 1;
+            }
+            last = m;
+            let st = ix.stats();
+            assert_eq!(m, empty + st.capacity * SLOT_BYTES);
+            assert!(st.capacity > st.len);
+        }
+        assert!(grew >= 10, "memory grows step by step ({grew})");
+        let per_key = last as f64 / ix.len() as f64;
+        assert!(per_key > 16.0 && per_key < 24.0, "{per_key} bytes/key");
+        ix.clear();
+        assert!(ix.is_empty());
+        assert_eq!(ix.memory_bytes(), empty);
+    }
+
+    #[test]
+    fn staggered_growth_keeps_memory_smooth() {
+        // With staggered ladders, bytes/key stays within a narrow band as keys
+        // are added, instead of jumping by the growth factor at once.
+        let ix = Index::with_shards(256, 0);
+        let mut worst: f64 = 0.0;
+        let mut best = f64::MAX;
+        let mut i = 0u64;
+        for step in 1..=40u64 {
+            let target = 20_000 * step;
+            while i < target {
+                ix.insert(mk(splitmix(i), splitmix(!i)), i);
+                i += 1;
+            }
+            if step >= 10 {
+                let st = ix.stats();
+                let bpk = st.capacity as f64 * 16.0 / st.len as f64;
+                worst = worst.max(bpk);
+                best = best.min(bpk);
+            }
+        }
+        assert!(worst - best < 1.5, "bytes/key between {best} and {worst}");
+        assert!(worst < 21.5, "{worst}");
+    }
+
+    #[test]
+    fn presized_index_does_not_grow() {
+        let n = 1_000_000u64;
+        let ix = Index::with_capacity(n as usize);
+        let m0 = ix.memory_bytes();
+        for i in 0..n {
+            ix.insert(digest(&i.to_le_bytes()), i);
+        }
+        // At most a handful of the 1024 shards may have grown once.
+        let m1 = ix.memory_bytes();
+        assert!(m1 as f64 <= m0 as f64 * 1.01, "{m0} -> {m1}");
+        let bpk = m1 as f64 / n as f64;
+        assert!(bpk < 20.0, "{bpk}");
+    }
+
+    #[test]
+    fn retain_and_for_each() {
+        let ix = Index::with_shards(4, 0);
+        for i in 0..10_000u64 {
+            ix.insert(digest(&i.to_le_bytes()), i);
+        }
+        let mut sum = 0u64;
+        ix.for_each(|l| sum += l);
+        assert_eq!(sum, (0..10_000u64).sum());
+        ix.retain(|l| l % 3 != 0);
+        check_invariants(&ix);
+        for i in 0..10_000u64 {
+            let want = if i % 3 != 0 { Some(i) } else { None };
+            assert_eq!(ix.get(digest(&i.to_le_bytes())), want);
+        }
+        ix.retain(|_| false);
+        assert!(ix.is_empty());
+        check_invariants(&ix);
+    }
+
+    #[test]
+    fn index_is_send_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Index>();
+        assert_send_sync::<IndexImageError>();
+    }
+}

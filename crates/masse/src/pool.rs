@@ -1,0 +1,376 @@
+//! Formatting a pool and recognising its devices again.
+//!
+//! `create` refuses devices that already hold a pool; `open` refuses foreign,
+//! mismatched, missing or newer-format devices. Neither formats anything the
+//! caller did not ask for.
+
+use crate::config::PoolConfig;
+use crate::device::{round_down64, round_up64, AlignedBuf, Device, Media};
+use crate::error::{Error, Result};
+use crate::format::*;
+use std::sync::Arc;
+
+/// The opened devices of a pool and its identity.
+pub(crate) struct Pool {
+    pub pool_id: u128,
+    pub geo: Geometry,
+    pub fast: Option<Arc<dyn Device>>,
+    pub caps: Vec<Arc<dyn Device>>,
+}
+
+impl Pool {
+    pub fn pool_tag(&self) -> u64 {
+        self.pool_id as u64
+    }
+
+    /// Device holding the epoch blocks and (without a fast tier) the checkpoints.
+    pub fn meta(&self) -> &Arc<dyn Device> {
+        match &self.fast {
+            Some(f) => f,
+            None => &self.caps[0],
+        }
+    }
+}
+
+fn dev_name(d: &Arc<dyn Device>) -> String {
+    d.info().path.clone()
+}
+
+pub(crate) fn read_block(dev: &Arc<dyn Device>, off: u64, len: usize, during: &'static str) -> Result<AlignedBuf> {
+    let mut b = AlignedBuf::new(len);
+    dev.read_at(&mut b, off).map_err(|e| Error::io(&dev_name(dev), during, e))?;
+    Ok(b)
+}
+
+pub(crate) fn write_block(dev: &Arc<dyn Device>, off: u64, data: &[u8], during: &'static str) -> Result<()> {
+    let mut b = AlignedBuf::new(round_up64(data.len() as u64, 4096) as usize);
+    b[..data.len()].copy_from_slice(data);
+    dev.write_at(&b, off).map_err(|e| Error::io(&dev_name(dev), during, e))
+}
+
+pub(crate) fn sync(dev: &Arc<dyn Device>, during: &'static str) -> Result<()> {
+    dev.sync().map_err(|e| Error::io(&dev_name(dev), during, e))
+}
+
+/// Read both superblock copies; a valid one wins.
+fn probe(dev: &Arc<dyn Device>) -> Result<SuperblockProbe> {
+    if dev.info().capacity < SUPERBLOCK_AREA {
+        return Ok(SuperblockProbe::NotMasse("device smaller than a superblock".into()));
+    }
+    let b = read_block(dev, 0, SUPERBLOCK_AREA as usize, "reading the superblock")?;
+    let first = Superblock::decode(&b[..SUPERBLOCK_SIZE]);
+    if let SuperblockProbe::Found(_) | SuperblockProbe::TooNew(_) = first {
+        return Ok(first);
+    }
+    Ok(Superblock::decode(&b[SUPERBLOCK_SIZE..]))
+}
+
+fn random_id() -> u128 {
+    let mut b = [0u8; 16];
+    // SAFETY: getrandom writes at most len bytes into the buffer.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 16, 0) };
+    if n != 16 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        return xxhash_rust::xxh3::xxh3_128(&t.to_le_bytes()) ^ (std::process::id() as u128);
+    }
+    u128::from_le_bytes(b)
+}
+
+fn now_unix() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Choose geometry for a new pool and format every device.
+pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
+    if cfg.capacity.is_empty() {
+        return Err(Error::InvalidConfig("at least one capacity device is required".into()));
+    }
+    if cfg.capacity.len() > 16 {
+        return Err(Error::InvalidConfig("at most 16 capacity devices are supported".into()));
+    }
+    let fast = match &cfg.fast {
+        Some(s) => Some(s.open(&cfg.io)?),
+        None => None,
+    };
+    let caps = cfg.capacity.iter().map(|s| s.open(&cfg.io)).collect::<Result<Vec<_>>>()?;
+    for d in fast.iter().chain(caps.iter()) {
+        if let SuperblockProbe::Found(sb) = probe(d)? {
+            if !force {
+                return Err(Error::AlreadyFormatted { path: d.info().path.clone().into(), pool_id: sb.pool_id });
+            }
+        }
+    }
+    // The same file twice would be formatted twice and corrupt itself.
+    let mut paths: Vec<&str> = fast.iter().chain(caps.iter()).map(|d| d.info().path.as_str()).collect();
+    paths.sort_unstable();
+    if paths.windows(2).any(|w| w[0] == w[1] && !w[0].starts_with("mem:")) {
+        return Err(Error::InvalidConfig("the same device was given twice".into()));
+    }
+
+    let cap_media = cfg.capacity_media.unwrap_or(caps[0].info().media);
+    let mode = match (&fast, cfg.mode) {
+        (Some(_), None | Some(Mode::Tiered)) => Mode::Tiered,
+        (Some(_), Some(m)) => {
+            return Err(Error::InvalidConfig(format!("mode {} cannot have a fast-tier device", m.name())))
+        }
+        (None, Some(Mode::Tiered)) => {
+            return Err(Error::InvalidConfig("tiered mode needs a fast-tier device (--fast)".into()))
+        }
+        (None, Some(m)) => m,
+        (None, None) if cap_media == Media::Scm => Mode::ScmOnly,
+        (None, None) => Mode::CapacityOnly,
+    };
+    let iu = cfg.iu.unwrap_or(match cap_media {
+        Media::Qlc => 65536,
+        _ => {
+            let o = caps[0].info().optimal_io_size;
+            if o.is_power_of_two() && (4096..=1 << 20).contains(&o) {
+                o
+            } else {
+                4096
+            }
+        }
+    });
+    if !iu.is_power_of_two() || iu < 4096 {
+        return Err(Error::InvalidConfig(format!("indirection unit {iu} must be a power of two ≥ 4096")));
+    }
+    let default_seg = if mode == Mode::ScmOnly { 8192u32 } else { 256 << 10 };
+    let seg = cfg.segment_size.unwrap_or(default_seg.max(iu));
+    if seg % iu != 0 || !(8192..=512 << 10).contains(&seg) {
+        return Err(Error::InvalidConfig(format!(
+            "segment size {seg} must be a multiple of the indirection unit ({iu}) between 8 KiB and 512 KiB"
+        )));
+    }
+    let band_header_size = iu.max(4096);
+
+    let meta_cap = fast.as_ref().unwrap_or(&caps[0]).info().capacity;
+    let min_cap = caps.iter().map(|d| d.info().capacity).min().unwrap_or(0);
+    // Metadata regions.
+    let (pad_offset, pad_size, ckpt_offset, ckpt_slot, data_start);
+    let after_epoch = EPOCH_OFFSET + EPOCH_AREA;
+    if let Some(f) = &fast {
+        let fcap = f.info().capacity;
+        pad_offset = after_epoch + 2 * PAD_HEADER_SIZE;
+        let min_pad = (32u64 << 20).max(8 * seg as u64 + 2 * (MAX_VALUE_LEN as u64 + 8192));
+        pad_size = round_down64(cfg.pad_size.unwrap_or((fcap / 4).clamp(min_pad, 1 << 30)), 4096);
+        if pad_size < min_pad {
+            return Err(Error::InvalidConfig(format!(
+                "write pad of {pad_size} bytes is too small (minimum {min_pad})"
+            )));
+        }
+        ckpt_offset = pad_offset + pad_size;
+        let rest = fcap.saturating_sub(ckpt_offset);
+        ckpt_slot = round_down64(cfg.checkpoint_size.unwrap_or(rest / 2), 4096);
+        if ckpt_offset + 2 * ckpt_slot > fcap || pad_offset + pad_size > fcap {
+            return Err(Error::InvalidConfig(format!(
+                "fast device of {fcap} bytes cannot hold a {pad_size}-byte pad and two {ckpt_slot}-byte checkpoint slots"
+            )));
+        }
+        data_start = round_up64(after_epoch, (iu as u64).max(1 << 20));
+    } else {
+        pad_offset = 0;
+        pad_size = 0;
+        ckpt_offset = after_epoch;
+        ckpt_slot = round_down64(cfg.checkpoint_size.unwrap_or(meta_cap / 32), 4096);
+        data_start = round_up64(ckpt_offset + 2 * ckpt_slot, (iu as u64).max(1 << 20));
+    }
+    let usable = min_cap.saturating_sub(data_start);
+    let band_size = match cfg.band_size {
+        Some(b) => b,
+        None => {
+            let want = 64u64 << 20;
+            let cap_limited = round_down64(usable / 16, seg as u64);
+            want.min(cap_limited).max(band_header_size as u64 + 4 * seg as u64)
+        }
+    };
+    let band_size = round_down64(band_size, iu as u64).max(band_header_size as u64 + 4 * seg as u64);
+    if (band_size - band_header_size as u64) / (seg as u64) < 4 {
+        return Err(Error::InvalidConfig(format!("band size {band_size} must hold at least 4 segments of {seg}")));
+    }
+    let bands_per_device: Vec<u32> = caps
+        .iter()
+        .map(|d| (d.info().capacity.saturating_sub(data_start) / band_size) as u32)
+        .collect();
+    let total: u64 = bands_per_device.iter().map(|&n| n as u64).sum();
+    if total < 4 {
+        return Err(Error::InvalidConfig(format!(
+            "capacity tier too small: {total} bands of {band_size} bytes (need at least 4); use a bigger device or --band-size"
+        )));
+    }
+    let slots = total * ((band_size - band_header_size as u64) / seg as u64);
+    if slots >= MAX_SLOTS {
+        return Err(Error::InvalidConfig(format!(
+            "capacity tier has {slots} segments; at most {MAX_SLOTS} are addressable (use a larger --segment-size)"
+        )));
+    }
+    let geo = Geometry {
+        mode,
+        segment_size: seg,
+        band_size,
+        band_header_size,
+        iu,
+        bands_per_device,
+        pad_offset,
+        pad_size,
+        ckpt_offset,
+        ckpt_slot_size: ckpt_slot,
+        data_start,
+        has_fast: fast.is_some(),
+    };
+    let pool_id = random_id();
+    let pool = Pool { pool_id, geo, fast, caps };
+    format(&pool, cap_media)?;
+    Ok(pool)
+}
+
+fn format(pool: &Pool, cap_media: Media) -> Result<()> {
+    let tag = pool.pool_tag();
+    let meta = pool.meta().clone();
+    let g = &pool.geo;
+    // Blank every metadata block we will later trust, so nothing from an earlier
+    // pool on the same device can be mistaken for ours (the pool tag also guards).
+    let zero = vec![0u8; 4096];
+    write_block(&meta, EPOCH_OFFSET + 4096, &zero, "formatting")?;
+    write_block(&meta, EPOCH_OFFSET, &EpochBlock { epoch: 0, pool_tag: tag, clean: 1 }.encode(), "formatting")?;
+    if let Some(f) = &pool.fast {
+        let h = PadHeader { hdr_seq: 1, pool_tag: tag, tail: 0, tail_batch_seq: 1 };
+        write_block(f, EPOCH_OFFSET + EPOCH_AREA, &h.encode(), "formatting the pad")?;
+        write_block(f, EPOCH_OFFSET + EPOCH_AREA + PAD_HEADER_SIZE, &zero, "formatting the pad")?;
+        write_block(f, g.pad_offset, &zero, "formatting the pad")?;
+    }
+    if g.ckpt_slot_size >= 4096 {
+        write_block(&meta, g.ckpt_offset, &zero, "formatting checkpoints")?;
+        write_block(&meta, g.ckpt_offset + g.ckpt_slot_size, &zero, "formatting checkpoints")?;
+    }
+    let created = now_unix();
+    let mut sbs = Vec::new();
+    if let Some(f) = &pool.fast {
+        sbs.push((f.clone(), Role::Fast, 0u32, f.info().media));
+    }
+    for (i, c) in pool.caps.iter().enumerate() {
+        sbs.push((c.clone(), Role::Capacity, i as u32, if i == 0 { cap_media } else { c.info().media }));
+    }
+    for (dev, _, _, _) in &sbs {
+        sync(dev, "formatting")?;
+    }
+    // Superblocks last: a device is a pool member only once everything else is in place.
+    for (dev, role, idx, media) in &sbs {
+        let sb = Superblock {
+            version: FORMAT_VERSION,
+            pool_id: pool.pool_id,
+            role: *role,
+            device_index: *idx,
+            device_capacity: dev.info().capacity,
+            media: media.code(),
+            created_unix: created,
+            geometry: g.clone(),
+        };
+        let b = sb.encode();
+        write_block(dev, 0, &b, "writing the superblock")?;
+        write_block(dev, SUPERBLOCK_SIZE as u64, &b, "writing the superblock")?;
+        sync(dev, "writing the superblock")?;
+    }
+    Ok(())
+}
+
+/// Open the devices named in `cfg` and check that they form one complete pool.
+pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
+    let mut found: Vec<(Arc<dyn Device>, Superblock)> = Vec::new();
+    let specs = cfg.fast.iter().map(|s| (true, s)).chain(cfg.capacity.iter().map(|s| (false, s)));
+    let mut want_fast = false;
+    for (is_fast, spec) in specs {
+        want_fast |= is_fast;
+        let dev = spec.open(&cfg.io)?;
+        let path = dev.info().path.clone();
+        let sb = match probe(&dev)? {
+            SuperblockProbe::Found(sb) => sb,
+            SuperblockProbe::NotMasse(why) => return Err(Error::NotMasse { path, why }),
+            SuperblockProbe::TooNew(v) => {
+                return Err(Error::FormatTooNew { path, found: v, supported: FORMAT_VERSION })
+            }
+        };
+        let role_ok = matches!((is_fast, sb.role), (true, Role::Fast) | (false, Role::Capacity));
+        if !role_ok {
+            return Err(Error::Mismatch(format!(
+                "{path} is a {:?}-tier device of its pool but was given as {}",
+                sb.role,
+                if is_fast { "--fast" } else { "--capacity" }
+            )));
+        }
+        if dev.info().capacity < sb.device_capacity {
+            return Err(Error::Mismatch(format!(
+                "{path} is {} bytes but the pool was created on {} bytes",
+                dev.info().capacity,
+                sb.device_capacity
+            )));
+        }
+        found.push((dev, sb));
+    }
+    let Some((_, first)) = found.first() else {
+        return Err(Error::InvalidConfig("no devices given".into()));
+    };
+    let pool_id = first.pool_id;
+    let geo = first.geometry.clone();
+    for (d, sb) in &found {
+        if sb.pool_id != pool_id {
+            return Err(Error::Mismatch(format!(
+                "{} belongs to pool {:032x}, not {:032x}",
+                d.info().path,
+                sb.pool_id,
+                pool_id
+            )));
+        }
+        if sb.geometry != geo {
+            return Err(Error::Mismatch(format!("{} disagrees about the pool geometry", d.info().path)));
+        }
+    }
+    if geo.has_fast && !want_fast {
+        return Err(Error::MissingDevice("this pool has a fast-tier device; give it with --fast".into()));
+    }
+    let ncap = geo.bands_per_device.len();
+    let mut caps: Vec<Option<Arc<dyn Device>>> = vec![None; ncap];
+    let mut fast = None;
+    for (d, sb) in found {
+        match sb.role {
+            Role::Fast => fast = Some(d),
+            Role::Capacity => {
+                let i = sb.device_index as usize;
+                if i >= ncap {
+                    return Err(Error::Mismatch(format!("{}: capacity device index {i} out of range", d.info().path)));
+                }
+                if caps[i].is_some() {
+                    return Err(Error::Mismatch(format!("capacity device {i} was given twice")));
+                }
+                caps[i] = Some(d);
+            }
+        }
+    }
+    let caps = caps
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| d.ok_or_else(|| Error::MissingDevice(format!("capacity device #{i} of {ncap} was not given"))))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Pool { pool_id, geo, fast, caps })
+}
+
+/// Read the newest valid epoch block.
+pub(crate) fn read_epoch(pool: &Pool) -> Result<EpochBlock> {
+    let b = read_block(pool.meta(), EPOCH_OFFSET, EPOCH_AREA as usize, "reading the epoch")?;
+    let a = EpochBlock::decode(&b[..4096]).filter(|e| e.pool_tag == pool.pool_tag());
+    let c = EpochBlock::decode(&b[4096..]).filter(|e| e.pool_tag == pool.pool_tag());
+    match (a, c) {
+        (Some(x), Some(y)) => Ok(if x.epoch >= y.epoch { x } else { y }),
+        (Some(x), None) | (None, Some(x)) => Ok(x),
+        (None, None) => Err(Error::Corruption("both epoch blocks are damaged".into())),
+    }
+}
+
+/// Durably record `e`, in the copy the previous epoch did not use.
+pub(crate) fn write_epoch(pool: &Pool, e: &EpochBlock) -> Result<()> {
+    let off = EPOCH_OFFSET + (e.epoch % 2) * 4096;
+    write_block(pool.meta(), off, &e.encode(), "writing the epoch")?;
+    sync(pool.meta(), "writing the epoch")
+}

@@ -1,0 +1,368 @@
+//! Counters and latency histograms, readable at any time through [`crate::Db::stats`].
+
+use crate::device::IoSnapshot;
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Operations that get a latency histogram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// put
+    Put,
+    /// get
+    Get,
+    /// delete
+    Delete,
+    /// write batch
+    Batch,
+}
+
+const OPS: [Op; 4] = [Op::Put, Op::Get, Op::Delete, Op::Batch];
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Put => "put",
+            Op::Get => "get",
+            Op::Delete => "delete",
+            Op::Batch => "batch",
+        }
+    }
+}
+
+/// Live counters, updated with relaxed atomics.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub puts: AtomicU64,
+    pub gets: AtomicU64,
+    pub get_hits: AtomicU64,
+    pub deletes: AtomicU64,
+    pub batches: AtomicU64,
+    pub user_bytes: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub reads_from_dram: AtomicU64,
+    pub reads_from_device: AtomicU64,
+    pub read_retries: AtomicU64,
+    pub commit_groups: AtomicU64,
+    pub commit_records: AtomicU64,
+    pub pad_bytes: AtomicU64,
+    pub segments_written: AtomicU64,
+    pub segment_bytes: AtomicU64,
+    pub partial_flushes: AtomicU64,
+    pub forced_seals: AtomicU64,
+    pub gc_runs: AtomicU64,
+    pub gc_bands_freed: AtomicU64,
+    pub gc_bytes_read: AtomicU64,
+    pub gc_records_moved: AtomicU64,
+    pub gc_bytes_moved: AtomicU64,
+    pub gc_tombstones_dropped: AtomicU64,
+    pub stalls: AtomicU64,
+    pub stall_us: AtomicU64,
+    pub checkpoints: AtomicU64,
+    pub checkpoint_bytes: AtomicU64,
+    pub checkpoint_skipped: AtomicU64,
+    pub last_checkpoint_us: AtomicU64,
+    pub corruptions: AtomicU64,
+}
+
+pub(crate) struct Histos {
+    h: [Mutex<Histogram<u64>>; 4],
+}
+
+impl Histos {
+    pub fn new() -> Histos {
+        let mk = || Mutex::new(Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("static bounds are valid"));
+        Histos { h: [mk(), mk(), mk(), mk()] }
+    }
+    pub fn record(&self, op: Op, ns: u64) {
+        let i = OPS.iter().position(|&o| o == op).unwrap_or(0);
+        let _ = self.h[i].lock().record(ns.max(1));
+    }
+    pub fn summary(&self) -> Vec<LatencySummary> {
+        OPS.iter()
+            .zip(self.h.iter())
+            .filter_map(|(op, h)| {
+                let h = h.lock();
+                if h.is_empty() {
+                    return None;
+                }
+                Some(LatencySummary {
+                    op: op.name().to_string(),
+                    count: h.len(),
+                    mean_ns: h.mean() as u64,
+                    p50_ns: h.value_at_quantile(0.5),
+                    p99_ns: h.value_at_quantile(0.99),
+                    p999_ns: h.value_at_quantile(0.999),
+                    p9999_ns: h.value_at_quantile(0.9999),
+                    max_ns: h.max(),
+                })
+            })
+            .collect()
+    }
+    pub fn reset(&self) {
+        for h in &self.h {
+            h.lock().reset();
+        }
+    }
+}
+
+/// Latency percentiles of one operation type.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LatencySummary {
+    /// Operation name.
+    pub op: String,
+    /// Samples.
+    pub count: u64,
+    /// Mean, ns.
+    pub mean_ns: u64,
+    /// Median, ns.
+    pub p50_ns: u64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// 99.9th percentile, ns.
+    pub p999_ns: u64,
+    /// 99.99th percentile, ns.
+    pub p9999_ns: u64,
+    /// Maximum, ns.
+    pub max_ns: u64,
+}
+
+/// Per-device figures.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DeviceStats {
+    /// Path or name.
+    pub path: String,
+    /// "fast" or "capacity".
+    pub role: &'static str,
+    /// Media class.
+    pub media: &'static str,
+    /// "io_uring", "pread" or "memory".
+    pub backend: &'static str,
+    /// False when O_DIRECT could not be used (data goes through the page cache).
+    pub direct_io: bool,
+    /// Bytes of the device in use by the pool.
+    pub capacity: u64,
+    /// I/O counters.
+    pub io: IoSnapshot,
+}
+
+/// A snapshot of everything the engine counts.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Stats {
+    /// Pool configuration family.
+    pub mode: &'static str,
+    /// User puts (including records inside batches).
+    pub puts: u64,
+    /// User gets.
+    pub gets: u64,
+    /// Gets that found the key.
+    pub get_hits: u64,
+    /// User deletes.
+    pub deletes: u64,
+    /// Write batches.
+    pub batches: u64,
+    /// Key + value bytes written by users.
+    pub user_bytes_written: u64,
+    /// Value bytes returned to users.
+    pub user_bytes_read: u64,
+    /// Gets served from a DRAM segment buffer.
+    pub reads_from_dram: u64,
+    /// Gets served by one device read.
+    pub reads_from_device: u64,
+    /// Gets retried because GC moved the record under them.
+    pub read_retries: u64,
+    /// Group commits and the records in them.
+    pub commit_groups: u64,
+    /// Records committed (user + GC).
+    pub commit_records: u64,
+    /// Bytes written to the fast-tier pad.
+    pub pad_bytes_written: u64,
+    /// Segments written to the capacity tier.
+    pub segments_written: u64,
+    /// Bytes of segments written to the capacity tier.
+    pub segment_bytes_written: u64,
+    /// Partial-segment flushes (capacity-only / scm-only group commits).
+    pub partial_flushes: u64,
+    /// Segments sealed before full because the pad ran out of room.
+    pub forced_seals: u64,
+    /// Capacity-tier bytes written ÷ user bytes written.
+    pub host_write_amplification: f64,
+    /// GC passes that freed a band.
+    pub gc_runs: u64,
+    /// Bands freed by GC.
+    pub gc_bands_freed: u64,
+    /// Bytes GC read from the capacity tier.
+    pub gc_bytes_read: u64,
+    /// Records GC relocated.
+    pub gc_records_moved: u64,
+    /// Bytes GC relocated.
+    pub gc_bytes_moved: u64,
+    /// Tombstones GC proved unneeded and dropped.
+    pub gc_tombstones_dropped: u64,
+    /// Writes that waited for free space, and the total wait.
+    pub write_stalls: u64,
+    /// Total stall time, µs.
+    pub write_stall_us: u64,
+    /// Bands in the pool.
+    pub bands_total: u32,
+    /// Free bands.
+    pub bands_free: u32,
+    /// Band size.
+    pub band_size: u64,
+    /// Segment size.
+    pub segment_size: u32,
+    /// Bytes of live records in the capacity tier.
+    pub live_bytes: u64,
+    /// Pad bytes in use (written, not yet reclaimable).
+    pub pad_used: u64,
+    /// Pad size.
+    pub pad_size: u64,
+    /// Index entries (live keys + tombstones).
+    pub index_entries: u64,
+    /// DRAM of the index, bytes.
+    pub index_bytes: u64,
+    /// Index DRAM per entry.
+    pub index_bytes_per_key: f64,
+    /// Checkpoints written.
+    pub checkpoints: u64,
+    /// Bytes of checkpoints written.
+    pub checkpoint_bytes: u64,
+    /// Checkpoints skipped because the index did not fit the checkpoint slot.
+    pub checkpoints_skipped: u64,
+    /// Duration of the last checkpoint, µs.
+    pub last_checkpoint_us: u64,
+    /// How the last open recovered: "checkpoint", "scan" or "clean".
+    pub recovery_source: String,
+    /// Duration of the last open's recovery, µs.
+    pub recovery_us: u64,
+    /// Segments replayed from the capacity tier at the last open.
+    pub recovery_segments_replayed: u64,
+    /// Pad records replayed at the last open.
+    pub recovery_pad_records: u64,
+    /// Checksum failures seen (on reads, GC or recovery).
+    pub corruptions: u64,
+    /// Per-device I/O.
+    pub devices: Vec<DeviceStats>,
+    /// Latency percentiles per operation.
+    pub latency: Vec<LatencySummary>,
+}
+
+pub(crate) fn ld(a: &AtomicU64) -> u64 {
+    a.load(Relaxed)
+}
+
+impl Stats {
+    /// Human-readable multi-line report.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        let _ = writeln!(s, "mode                 {}", self.mode);
+        let _ = writeln!(
+            s,
+            "operations           puts {}  gets {} (hits {})  deletes {}  batches {}",
+            self.puts, self.gets, self.get_hits, self.deletes, self.batches
+        );
+        let _ = writeln!(
+            s,
+            "user bytes           written {:.1} MiB  read {:.1} MiB",
+            mib(self.user_bytes_written),
+            mib(self.user_bytes_read)
+        );
+        let _ = writeln!(
+            s,
+            "capacity tier        {} segments, {:.1} MiB written; host write amplification {:.3}",
+            self.segments_written,
+            mib(self.segment_bytes_written),
+            self.host_write_amplification
+        );
+        let _ = writeln!(
+            s,
+            "bands                {} free of {} ({} MiB each, {} KiB segments); live data {:.1} MiB",
+            self.bands_free,
+            self.bands_total,
+            self.band_size >> 20,
+            self.segment_size >> 10,
+            mib(self.live_bytes)
+        );
+        let _ = writeln!(
+            s,
+            "write pad            {:.1} of {:.1} MiB in use; {:.1} MiB written in {} group commits ({} records)",
+            mib(self.pad_used),
+            mib(self.pad_size),
+            mib(self.pad_bytes_written),
+            self.commit_groups,
+            self.commit_records
+        );
+        let _ = writeln!(
+            s,
+            "gc                   {} passes, {} bands freed, {:.1} MiB read, {} records / {:.1} MiB moved, {} tombstones dropped; {} write stalls ({} µs)",
+            self.gc_runs,
+            self.gc_bands_freed,
+            mib(self.gc_bytes_read),
+            self.gc_records_moved,
+            mib(self.gc_bytes_moved),
+            self.gc_tombstones_dropped,
+            self.write_stalls,
+            self.write_stall_us
+        );
+        let _ = writeln!(
+            s,
+            "index                {} entries, {:.1} MiB DRAM, {:.2} bytes/key",
+            self.index_entries,
+            mib(self.index_bytes),
+            self.index_bytes_per_key
+        );
+        let _ = writeln!(
+            s,
+            "checkpoints          {} written ({:.1} MiB), {} skipped, last took {} µs",
+            self.checkpoints,
+            mib(self.checkpoint_bytes),
+            self.checkpoints_skipped,
+            self.last_checkpoint_us
+        );
+        let _ = writeln!(
+            s,
+            "last recovery        {} in {} µs ({} segments, {} pad records replayed)",
+            self.recovery_source, self.recovery_us, self.recovery_segments_replayed, self.recovery_pad_records
+        );
+        let _ = writeln!(
+            s,
+            "reads                {} from DRAM buffers, {} from devices, {} retries; {} checksum failures",
+            self.reads_from_dram, self.reads_from_device, self.read_retries, self.corruptions
+        );
+        for d in &self.devices {
+            let _ = writeln!(
+                s,
+                "device {:8}      {} ({}, {}, direct {}) written {:.1} MiB in {} writes, read {:.1} MiB in {} reads, {} syncs, {:.1} MiB trimmed",
+                d.role,
+                d.path,
+                d.media,
+                d.backend,
+                d.direct_io,
+                mib(d.io.bytes_written),
+                d.io.writes,
+                mib(d.io.bytes_read),
+                d.io.reads,
+                d.io.syncs,
+                mib(d.io.bytes_discarded)
+            );
+        }
+        for l in &self.latency {
+            let _ = writeln!(
+                s,
+                "latency {:6}       n={} mean {:.1} µs  p50 {:.1}  p99 {:.1}  p99.9 {:.1}  p99.99 {:.1}  max {:.1} µs",
+                l.op,
+                l.count,
+                l.mean_ns as f64 / 1e3,
+                l.p50_ns as f64 / 1e3,
+                l.p99_ns as f64 / 1e3,
+                l.p999_ns as f64 / 1e3,
+                l.p9999_ns as f64 / 1e3,
+                l.max_ns as f64 / 1e3
+            );
+        }
+        s
+    }
+}
