@@ -27,7 +27,11 @@ fn key(i: u64) -> Digest {
 }
 
 fn proc_status(field: &str) -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    proc_field("/proc/self/status", field)
+}
+
+fn proc_field(file: &str, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(file).ok()?;
     let line = s.lines().find(|l| l.starts_with(field))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
@@ -68,7 +72,12 @@ fn parse_args() -> Result<Args, String> {
     while let Some(flag) = it.next() {
         let mut val = || it.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
-            "--keys" => a.keys = val()?.replace('_', "").parse().map_err(|e| format!("--keys: {e}"))?,
+            "--keys" => {
+                a.keys = val()?
+                    .replace('_', "")
+                    .parse()
+                    .map_err(|e| format!("--keys: {e}"))?
+            }
             "--threads" => a.threads = val()?.parse().map_err(|e| format!("--threads: {e}"))?,
             "--shards" => a.shards = val()?.parse().map_err(|e| format!("--shards: {e}"))?,
             "--max-load" => a.max_load = val()?.parse().map_err(|e| format!("--max-load: {e}"))?,
@@ -145,7 +154,10 @@ fn main() {
     let st = ix.stats();
     let hwm = proc_status("VmHWM:").unwrap_or(0);
     println!("keys:            {}", ix.len());
-    println!("memory_bytes:    {mem} ({:.1} MiB)", mem as f64 / (1 << 20) as f64);
+    println!(
+        "memory_bytes:    {mem} ({:.1} MiB)",
+        mem as f64 / (1 << 20) as f64
+    );
     println!("bytes/key:       {:.2}", mem as f64 / n.max(1) as f64);
     println!(
         "load factor:     {:.4} (capacity {} slots)",
@@ -163,10 +175,18 @@ fn main() {
         rss0 as f64 / (1 << 20) as f64
     );
     println!(
+        "huge pages:      {} MiB of anonymous memory in transparent huge pages",
+        proc_field("/proc/self/smaps_rollup", "AnonHugePages:").unwrap_or(0) >> 20
+    );
+    println!(
         "insert:          {:.2} Mops/s ({:.2} s){}",
         n as f64 / t_ins / 1e6,
         t_ins,
-        if dup > 0 { format!(" [{dup} DUPLICATES!]") } else { String::new() }
+        if dup > 0 {
+            format!(" [{dup} DUPLICATES!]")
+        } else {
+            String::new()
+        }
     );
 
     // Random hits: key numbers drawn uniformly at random.
@@ -178,7 +198,11 @@ fn main() {
         "get (hits):      {:.2} Mops/s ({:.2} s){}",
         n as f64 / t_get / 1e6,
         t_get,
-        if bad > 0 { format!(" [{bad} WRONG]") } else { String::new() }
+        if bad > 0 {
+            format!(" [{bad} WRONG]")
+        } else {
+            String::new()
+        }
     );
     // Misses: key numbers >= n were never inserted.
     let (t_miss, fp) = par(n, a.threads, |j| ix.get(key(n + j)).is_some() as u64);

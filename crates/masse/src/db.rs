@@ -237,6 +237,8 @@ pub(crate) struct Inner {
     /// Live bytes per slot and per band.
     pub slot_live: Box<[AtomicU32]>,
     pub band_live: Box<[AtomicU64]>,
+    /// Live records per band (their summary entries cost space too).
+    pub band_live_n: Box<[AtomicU32]>,
     pub band_min_seq: Box<[AtomicU64]>,
     pub bands: Mutex<BandTable>,
     pub space_cv: Condvar,
@@ -380,6 +382,7 @@ impl Db {
             index: Index::with_capacity(opts.expected_keys),
             slot_live: (0..nslots).map(|_| AtomicU32::new(0)).collect(),
             band_live: (0..nbands).map(|_| AtomicU64::new(0)).collect(),
+            band_live_n: (0..nbands).map(|_| AtomicU32::new(0)).collect(),
             band_min_seq: (0..nbands).map(|_| AtomicU64::new(u64::MAX)).collect(),
             bands: Mutex::new(BandTable {
                 bands: vec![
@@ -806,7 +809,9 @@ impl Inner {
     }
 
     pub(crate) fn space_ok(&self, ws: &WriteState, class: Class, need: u64) -> bool {
-        self.avail(ws, class) >= need + 2 * self.layout.seg
+        // User writes keep two segments of slack for seal waste; GC may use everything.
+        let slack = if class.reserve_bands() > 0 { 2 * self.layout.seg } else { 0 };
+        self.avail(ws, class) >= need + slack
     }
 
     /// One group commit. Holds the write state (leadership) throughout.
@@ -814,13 +819,16 @@ impl Inner {
         // Decide what to apply. Deletes of absent keys and stale GC moves are dropped here.
         let mut take: Vec<(&Arc<Req>, Vec<usize>)> = Vec::with_capacity(batch.len());
         let mut group_bytes = 0usize;
+        let mut group_need = 0u64;
         let mut put_in_group: HashMap<Digest, bool> = HashMap::new();
         for r in batch {
+            // Space is checked against everything this group already took.
             let need: u64 = r.recs.iter().map(|p| Self::rec_need(p.bytes.len())).sum();
-            if r.class != Class::Replay && !self.space_ok(ws, r.class, need) {
+            if r.class != Class::Replay && !self.space_ok(ws, r.class, group_need + need) {
                 r.complete(Outcome::Stalled);
                 continue;
             }
+            group_need += need;
             let mut idx = Vec::with_capacity(r.recs.len());
             for (i, p) in r.recs.iter().enumerate() {
                 let keep = match p.kind {
@@ -887,7 +895,7 @@ impl Inner {
                 };
                 let (buf, off) = self.place(ws, bytes.len(), &mut new_segs)?;
                 let flags = (h.flags & REC_TOMBSTONE) | if more { REC_MORE } else { 0 };
-                stamp(&mut bytes, buf.seq as u32, seq, flags);
+                stamp(&mut bytes, seg_tag(buf.seq), seq, flags);
                 let open = ws.open.as_mut().filter(|o| Arc::ptr_eq(&o.buf, &buf));
                 let o = match open {
                     Some(o) => o,
@@ -985,13 +993,25 @@ impl Inner {
     }
 
     pub(crate) fn add_live(&self, l: Loc) {
+        let b = self.layout.band_of_slot(l.slot()) as usize;
         self.slot_live[l.slot() as usize].fetch_add(l.len8(), Relaxed);
-        self.band_live[self.layout.band_of_slot(l.slot()) as usize].fetch_add(l.len8() as u64, Relaxed);
+        self.band_live[b].fetch_add(l.len8() as u64, Relaxed);
+        self.band_live_n[b].fetch_add(1, Relaxed);
     }
 
     pub(crate) fn sub_live(&self, l: Loc) {
+        let b = self.layout.band_of_slot(l.slot()) as usize;
         self.slot_live[l.slot() as usize].fetch_sub(l.len8(), Relaxed);
-        self.band_live[self.layout.band_of_slot(l.slot()) as usize].fetch_sub(l.len8() as u64, Relaxed);
+        self.band_live[b].fetch_sub(l.len8() as u64, Relaxed);
+        self.band_live_n[b].fetch_sub(1, Relaxed);
+    }
+
+    /// Bytes a band's live records would occupy if rewritten (records, their
+    /// summary entries, and the 4 KiB straddle padding on average).
+    pub(crate) fn band_cost(&self, band: usize) -> u64 {
+        let live = self.band_live[band].load(Relaxed);
+        let n = self.band_live_n[band].load(Relaxed) as u64;
+        live + n * SUMMARY_ENTRY as u64 + live / 32
     }
 
     fn copy_into_segments(&self, placed: &[Vec<Placed>], stamped: &[Vec<Vec<u8>>]) {

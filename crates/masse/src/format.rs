@@ -386,6 +386,14 @@ impl EpochBlock {
 // ---------------------------------------------------------------------------
 // Records
 
+/// The 32-bit tag records carry for the segment they were written into: a mix of
+/// all 64 bits of the segment sequence number (whose top bits are the epoch), so a
+/// record left in a reused slot by an earlier segment does not match by accident.
+pub fn seg_tag(segment_seq: u64) -> u32 {
+    let h = xxhash_rust::xxh3::xxh3_64(&segment_seq.to_le_bytes());
+    (h ^ (h >> 32)) as u32
+}
+
 /// Bytes of the record header.
 pub const RECORD_HEADER: usize = 24;
 /// Record flag: this record is a tombstone (delete).
@@ -397,7 +405,7 @@ pub const REC_MORE: u8 = 2;
 /// A decoded record header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordHeader {
-    /// Low 32 bits of the segment sequence number the record was written for.
+    /// [`seg_tag`] of the segment the record was written into.
     pub seg_tag: u32,
     /// Operation sequence number (version).
     pub seq: u64,

@@ -134,9 +134,10 @@ pub(crate) fn gc_pass(inner: &Inner, urgent: bool) -> Result<GcOutcome> {
             if b.state != BandState::Sealed || b.inflight > 0 {
                 continue;
             }
-            let live = inner.band_live[i].load(Relaxed);
-            let dead = payload.saturating_sub(live);
-            if dead == 0 {
+            // What moving the band's live records costs against the band it frees:
+            // a band whose records would fill a whole band again gains nothing.
+            let dead = payload.saturating_sub(inner.band_cost(i));
+            if dead < inner.layout.seg {
                 continue;
             }
             let better = match best {

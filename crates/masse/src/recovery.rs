@@ -28,7 +28,7 @@ pub(crate) fn parse_partial(seg: &[u8], sh: &SegmentHeader) -> Result<(Vec<Summa
     let mut out = Vec::new();
     let mut off = SEG_HEADER;
     let mut end = SEG_HEADER;
-    let tag = sh.segment_seq as u32;
+    let tag = seg_tag(sh.segment_seq);
     let try_at = |o: usize| -> Option<(RecordHeader, Digest, usize)> {
         let (h, k, _) = decode_record(seg.get(o..)?).ok()?;
         (h.seg_tag == tag).then(|| (h, digest(k), h.total_len()))

@@ -1,0 +1,246 @@
+//! The small commands: create, put, get, del, stats, check.
+
+use crate::error::{io_err, CliError, CliResult, EXIT_CHECK_FAILED, EXIT_NOT_FOUND};
+use crate::pool::{create_pool, open_pool, pool_flags, GeometryArgs, PoolArgs, PoolLayout};
+use clap::Args;
+use masse::{Db, Options, MAX_KEY_LEN, MAX_VALUE_LEN};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+/// A key as given on the command line.
+#[derive(Args, Debug, Clone)]
+pub struct KeyArg {
+    /// The key: a UTF-8 string (1 to 1024 bytes), or hex bytes with --hex.
+    #[arg(value_name = "KEY")]
+    pub key: String,
+
+    /// Read KEY as hexadecimal bytes (e.g. 00ff10 or 0x00ff10) instead of a UTF-8 string.
+    /// Default: off.
+    #[arg(long)]
+    pub hex: bool,
+}
+
+impl KeyArg {
+    pub fn bytes(&self) -> CliResult<Vec<u8>> {
+        let k = if self.hex { decode_hex(&self.key)? } else { self.key.as_bytes().to_vec() };
+        if k.is_empty() || k.len() > MAX_KEY_LEN {
+            return Err(CliError::new(format!(
+                "invalid key length {} (keys must be 1..={MAX_KEY_LEN} bytes)",
+                k.len()
+            )));
+        }
+        Ok(k)
+    }
+}
+
+fn decode_hex(s: &str) -> CliResult<Vec<u8>> {
+    let t = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")).unwrap_or(s);
+    if t.len() % 2 != 0 {
+        return Err(CliError::new(format!("hex key {s:?} has an odd number of digits")));
+    }
+    let digit = |c: u8| -> CliResult<u8> {
+        (c as char)
+            .to_digit(16)
+            .map(|d| d as u8)
+            .ok_or_else(|| CliError::new(format!("hex key {s:?} contains {:?}, which is not a hex digit", c as char)))
+    };
+    t.as_bytes().chunks(2).map(|p| Ok(digit(p[0])? << 4 | digit(p[1])?)).collect()
+}
+
+/// Open, run `f`, close — closing even when `f` failed, reporting `f`'s error first.
+fn with_db<T>(pool: &PoolArgs, f: impl FnOnce(&Db) -> CliResult<T>) -> CliResult<T> {
+    let db = open_pool(pool, Options::default())?;
+    let r = f(&db);
+    let c = db.close();
+    let v = r?;
+    c.map_err(|e| CliError::new(format!("closing the pool: {e}")))?;
+    Ok(v)
+}
+
+// ---------------------------------------------------------------------------
+
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    #[command(flatten)]
+    pub pool: PoolArgs,
+    #[command(flatten)]
+    pub geo: GeometryArgs,
+    /// Overwrite a masse pool that already exists on the devices (its data is lost).
+    /// Default: refuse.
+    #[arg(long)]
+    pub force: bool,
+}
+
+pub fn create(a: &CreateArgs) -> CliResult<i32> {
+    let (cfg, new_files) = a.pool.create_config(&a.geo, None, None)?;
+    let db = create_pool(&cfg, &new_files, a.force, Options::default())?;
+    let layout = PoolLayout::of(&db);
+    db.close().map_err(|e| CliError::new(format!("closing the new pool: {e}")))?;
+    println!("created a {} pool", layout.geometry.mode.name());
+    print!("{}", layout.to_text("  "));
+    println!(
+        "use it with: masse put{} KEY VALUE",
+        pool_flags(a.pool.fast.as_deref(), &a.pool.capacity)
+    );
+    Ok(0)
+}
+
+// ---------------------------------------------------------------------------
+
+#[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("source").required(true).args(["value", "value_file", "stdin"]))]
+pub struct PutArgs {
+    #[command(flatten)]
+    pub pool: PoolArgs,
+    #[command(flatten)]
+    pub key: KeyArg,
+    /// The value, as a UTF-8 string (use --value-file or --stdin for binary data).
+    #[arg(value_name = "VALUE")]
+    pub value: Option<String>,
+    /// Read the value from this file (raw bytes, up to 2 MiB - 4 KiB).
+    #[arg(long, value_name = "FILE")]
+    pub value_file: Option<PathBuf>,
+    /// Read the value from standard input until end of file (raw bytes).
+    #[arg(long)]
+    pub stdin: bool,
+}
+
+pub fn put(a: &PutArgs) -> CliResult<i32> {
+    let key = a.key.bytes()?;
+    let value = if let Some(v) = &a.value {
+        v.as_bytes().to_vec()
+    } else if let Some(f) = &a.value_file {
+        std::fs::read(f).map_err(|e| io_err("cannot read the value file", f, e))?
+    } else {
+        let mut v = Vec::new();
+        std::io::stdin()
+            .lock()
+            .take(MAX_VALUE_LEN as u64 + 1)
+            .read_to_end(&mut v)
+            .map_err(|e| CliError::new(format!("cannot read the value from stdin: {e}")))?;
+        v
+    };
+    if value.len() > MAX_VALUE_LEN {
+        return Err(CliError::new(format!(
+            "value too large: {}{} bytes (maximum {MAX_VALUE_LEN})",
+            value.len(),
+            if a.stdin { "+" } else { "" }
+        )));
+    }
+    with_db(&a.pool, |db| db.put(&key, &value).map_err(|e| CliError::new(format!("put failed: {e}"))))?;
+    println!("stored {} bytes", value.len());
+    Ok(0)
+}
+
+// ---------------------------------------------------------------------------
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    #[command(flatten)]
+    pub pool: PoolArgs,
+    #[command(flatten)]
+    pub key: KeyArg,
+    /// Write the value to this file instead of standard output. Default: stdout.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+pub fn get(a: &GetArgs) -> CliResult<i32> {
+    let key = a.key.bytes()?;
+    let v = with_db(&a.pool, |db| db.get(&key).map_err(|e| CliError::new(format!("get failed: {e}"))))?;
+    let Some(v) = v else {
+        eprintln!("not found");
+        return Ok(EXIT_NOT_FOUND);
+    };
+    match &a.output {
+        Some(path) => std::fs::write(path, &v).map_err(|e| io_err("cannot write the value to", path, e))?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&v)
+                .and_then(|_| out.flush())
+                .map_err(|e| CliError::new(format!("cannot write the value to stdout: {e}")))?;
+        }
+    }
+    Ok(0)
+}
+
+// ---------------------------------------------------------------------------
+
+#[derive(Args, Debug)]
+pub struct DelArgs {
+    #[command(flatten)]
+    pub pool: PoolArgs,
+    #[command(flatten)]
+    pub key: KeyArg,
+}
+
+pub fn del(a: &DelArgs) -> CliResult<i32> {
+    let key = a.key.bytes()?;
+    let existed = with_db(&a.pool, |db| db.delete(&key).map_err(|e| CliError::new(format!("delete failed: {e}"))))?;
+    if existed {
+        println!("deleted (the key existed)");
+    } else {
+        println!("not found (nothing to delete)");
+    }
+    Ok(0)
+}
+
+// ---------------------------------------------------------------------------
+
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub pool: PoolArgs,
+    /// Print the statistics as pretty-printed JSON instead of text. Default: text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn stats(a: &StatsArgs) -> CliResult<i32> {
+    let s = with_db(&a.pool, |db| Ok(db.stats()))?;
+    if a.json {
+        let j = serde_json::to_string_pretty(&s).map_err(|e| CliError::new(format!("cannot encode JSON: {e}")))?;
+        println!("{j}");
+    } else {
+        print!("{}", s.to_text());
+    }
+    Ok(0)
+}
+
+// ---------------------------------------------------------------------------
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub pool: PoolArgs,
+    /// Print the report as pretty-printed JSON instead of text. Default: text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn check(a: &CheckArgs) -> CliResult<i32> {
+    let r = with_db(&a.pool, |db| db.check().map_err(|e| CliError::new(format!("check failed: {e}"))))?;
+    if a.json {
+        let j = serde_json::to_string_pretty(&r).map_err(|e| CliError::new(format!("cannot encode JSON: {e}")))?;
+        println!("{j}");
+    } else {
+        println!(
+            "scanned {} bands, {} segments, {} records; {} live keys ({}), {} tombstones",
+            r.bands_scanned,
+            r.segments,
+            r.records,
+            r.live_keys,
+            masse_cli::units::fmt_bytes(r.live_bytes),
+            r.tombstones
+        );
+        for e in &r.errors {
+            println!("error: {e}");
+        }
+        if r.is_clean() {
+            println!("pool is consistent");
+        } else {
+            println!("{} problem(s) found", r.errors.len());
+        }
+    }
+    Ok(if r.is_clean() { 0 } else { EXIT_CHECK_FAILED })
+}

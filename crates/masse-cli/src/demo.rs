@@ -1,0 +1,1047 @@
+//! `masse demo`: make a pool (temporary files by default), run a db_bench-style
+//! workload in phases, verify every value, and print throughput, latency
+//! percentiles and the engine's own statistics.
+
+use crate::error::{io_err, CliError, CliResult, EXIT_VERIFY_FAILED};
+use crate::machine::{command_line, Machine};
+use crate::pool::{create_pool, pool_flags, size_arg, GeometryArgs, ModeArg, PoolArgs, PoolLayout};
+use clap::{Args, ValueEnum};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use masse::format::{record_len, SUMMARY_ENTRY};
+use masse::{Db, Options, Stats, MAX_KEY_LEN, MAX_VALUE_LEN};
+use masse_cli::rng::{mix64, SplitMix64};
+use masse_cli::units::{fmt_bytes, parse_count};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+fn count_arg(s: &str) -> Result<u64, String> {
+    parse_count(s)
+}
+
+/// One step of the demo workload.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Write every key once (each thread a disjoint range of keys, in order).
+    Fill,
+    /// Random reads; every value found is checked.
+    Read,
+    /// Random overwrites with a new version of the value.
+    Overwrite,
+    /// Random mix of reads and overwrites (--read-percent).
+    Readwrite,
+    /// Delete about half of the keys (chosen by a hash of the key and --seed).
+    Delete,
+    /// Read every key and check it holds exactly the last version written (or is absent).
+    Verify,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Fill => "fill",
+            Phase::Read => "read",
+            Phase::Overwrite => "overwrite",
+            Phase::Readwrite => "readwrite",
+            Phase::Delete => "delete",
+            Phase::Verify => "verify",
+        }
+    }
+}
+
+/// Arguments of `masse demo`.
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    pub pool: PoolArgs,
+    #[command(flatten)]
+    pub geo: GeometryArgs,
+
+    /// Directory for the demo's capacity-tier file (and for the fast-tier file when
+    /// /dev/shm is missing or too small). Created if needed. Default: a new temporary
+    /// directory under $TMPDIR, or /var/tmp when TMPDIR is unset. Not used with --capacity.
+    #[arg(long, value_name = "DIR", conflicts_with = "capacity")]
+    pub dir: Option<PathBuf>,
+
+    /// Number of keys (1000000, 1e6, 1e7, 200k...).
+    #[arg(long, value_name = "N", default_value = "1000000", value_parser = count_arg)]
+    pub num: u64,
+
+    /// Worker threads sharing each phase's work.
+    #[arg(long, value_name = "T", default_value_t = 2)]
+    pub threads: usize,
+
+    /// Key size in bytes: the key number in decimal, zero-padded to this width (as in
+    /// db_bench).
+    #[arg(long, value_name = "BYTES", default_value = "16", value_parser = size_arg)]
+    pub key_size: u64,
+
+    /// Value size in bytes; values are pseudo-random bytes derived from the key number
+    /// and its version, so every read can be verified.
+    #[arg(long, value_name = "BYTES", default_value = "100", value_parser = size_arg)]
+    pub value_size: u64,
+
+    /// Phases to run, in order, comma-separated: fill, read, overwrite, readwrite,
+    /// delete, verify.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "fill,read,overwrite,verify")]
+    pub phases: Vec<Phase>,
+
+    /// Run the overwrite and readwrite phases for this many seconds instead of --num
+    /// operations. Default: --num operations.
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+
+    /// Share of reads in the readwrite phase, in percent.
+    #[arg(long, value_name = "PCT", default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub read_percent: u8,
+
+    /// Size the demo's capacity file so that the live data is about this fraction
+    /// (0 < F < 1) of the capacity tier, to measure write amplification under GC
+    /// (e.g. 0.5 or 0.8). Default: capacity = 4x the data size, at least 256 MiB.
+    #[arg(long, value_name = "F", conflicts_with = "capacity_size")]
+    pub utilization: Option<f64>,
+
+    /// Seed of the per-thread random generators and of the values.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Also write the full report (machine, layout, phases, engine stats) as JSON to
+    /// this file. Default: none.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Keep the pool files at the end and print their paths. Default: temporary files
+    /// are removed (files given with --fast/--capacity are never removed).
+    #[arg(long)]
+    pub keep: bool,
+
+    /// Overwrite a masse pool that already exists on the given devices or in --dir.
+    /// Default: refuse.
+    #[arg(long)]
+    pub force: bool,
+
+    /// Write an index checkpoint after the last phase (and report how long it took).
+    /// Default: only the checkpoint written by close.
+    #[arg(long)]
+    pub checkpoint_at_end: bool,
+
+    /// After the phases, print READY on its own line, flush, and sleep forever without
+    /// closing, for SIGKILL recovery measurements. Implies --keep.
+    #[arg(long, conflicts_with = "no_close")]
+    pub hang_at_end: bool,
+
+    /// After the phases, exit without closing the pool (a simulated crash; the next
+    /// open recovers). Implies --keep.
+    #[arg(long)]
+    pub no_close: bool,
+}
+
+// ---------------------------------------------------------------------------
+// Where the pool lives
+
+/// Files of the demo pool and what to remove at the end.
+struct Place {
+    fast: Option<PathBuf>,
+    caps: Vec<PathBuf>,
+    fast_size: Option<u64>,
+    cap_size: u64,
+    /// Temporary directories made for the demo (removed on drop unless kept).
+    temp_dirs: Vec<tempfile::TempDir>,
+    /// Files made in a user-given --dir (removed at the end unless kept).
+    dir_files: Vec<PathBuf>,
+    /// Whether the devices were given explicitly (then nothing is removed).
+    explicit: bool,
+    keep: bool,
+}
+
+impl Place {
+    /// Keep everything on disk and return the paths to print.
+    fn keep(&mut self) {
+        self.keep = true;
+        for d in &mut self.temp_dirs {
+            d.disable_cleanup(true);
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if !self.keep {
+            for f in &self.dir_files {
+                let _ = std::fs::remove_file(f);
+            }
+        }
+    }
+}
+
+fn shm_free() -> Option<u64> {
+    let p = std::ffi::CString::new("/dev/shm").ok()?;
+    // SAFETY: statvfs writes into the zeroed struct we pass; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::statvfs(p.as_ptr(), &mut st) };
+    (r == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+fn default_base_dir() -> PathBuf {
+    match std::env::var_os("TMPDIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from("/var/tmp"),
+    }
+}
+
+fn temp_dir_in(base: &Path) -> CliResult<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix("masse-demo-")
+        .tempdir_in(base)
+        .map_err(|e| io_err("cannot create a temporary directory in", base, e))
+}
+
+const MIB: u64 = 1 << 20;
+
+fn round_up(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
+}
+
+/// Capacity-file size that makes `data` bytes about `util` of the capacity tier.
+fn size_for_utilization(data: u64, util: f64, a: &DemoArgs, has_fast: bool) -> u64 {
+    let target = (data as f64 / util).ceil() as u64;
+    let seg = a.geo.segment_size.unwrap_or(256 << 10).max(4096);
+    // Mirror the library's default band size: 64 MiB, at most 1/16 of the device.
+    let band = a.geo.band_size.unwrap_or(if target >= 16 * 64 * MIB {
+        64 * MIB
+    } else {
+        ((target / 16) / seg).max(5) * seg
+    });
+    let usable = round_up(target, band);
+    // Space before band 0: 1 MiB with a fast tier, else two checkpoint slots too.
+    let meta = |cap: u64| -> u64 {
+        if has_fast {
+            MIB
+        } else {
+            let slot = a.geo.checkpoint_size.unwrap_or(cap / 32) / 4096 * 4096;
+            round_up(16384 + 2 * slot, MIB)
+        }
+    };
+    let mut cap = usable + meta(usable);
+    for _ in 0..8 {
+        cap = usable + meta(cap);
+    }
+    cap
+}
+
+fn plan(a: &DemoArgs, data: u64) -> CliResult<Place> {
+    let fast_default = 1u64 << 30;
+    let want_fast = match a.geo.mode {
+        Some(ModeArg::CapacityOnly) | Some(ModeArg::ScmOnly) => false,
+        Some(ModeArg::Tiered) | None => true,
+    };
+    let has_fast = if a.pool.capacity.is_empty() { want_fast } else { a.pool.fast.is_some() };
+    let cap_size = match (a.pool.capacity_size, a.utilization) {
+        (Some(s), _) => s,
+        (None, Some(u)) => size_for_utilization(data, u, a, has_fast),
+        (None, None) => round_up((4 * data).max(256 * MIB), MIB),
+    };
+    if !a.pool.capacity.is_empty() {
+        return Ok(Place {
+            fast: a.pool.fast.clone(),
+            caps: a.pool.capacity.clone(),
+            fast_size: Some(a.pool.fast_size.unwrap_or(fast_default)),
+            cap_size,
+            temp_dirs: Vec::new(),
+            dir_files: Vec::new(),
+            explicit: true,
+            keep: true,
+        });
+    }
+    if a.pool.fast.is_some() {
+        return Err(CliError::new(
+            "--fast needs --capacity too (or give neither and the demo makes temporary files)",
+        ));
+    }
+    let mut temp_dirs = Vec::new();
+    let mut dir_files = Vec::new();
+    let dir = match &a.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(|e| io_err("cannot create directory", d, e))?;
+            d.clone()
+        }
+        None => {
+            let t = temp_dir_in(&default_base_dir())?;
+            let p = t.path().to_path_buf();
+            temp_dirs.push(t);
+            p
+        }
+    };
+    let cap = dir.join("capacity.masse");
+    if a.dir.is_some() && !cap.exists() {
+        dir_files.push(cap.clone());
+    }
+    let fast_size = a.pool.fast_size.unwrap_or(fast_default);
+    let fast = if want_fast {
+        let shm = Path::new("/dev/shm");
+        let f = if shm.is_dir() && shm_free().is_some_and(|free| free >= fast_size + 64 * MIB) {
+            let t = temp_dir_in(shm)?;
+            let f = t.path().join("fast.masse");
+            temp_dirs.push(t);
+            f
+        } else {
+            let f = dir.join("fast.masse");
+            if a.dir.is_some() && !f.exists() {
+                dir_files.push(f.clone());
+            }
+            f
+        };
+        Some(f)
+    } else {
+        None
+    };
+    Ok(Place {
+        fast,
+        caps: vec![cap],
+        fast_size: Some(fast_size),
+        cap_size,
+        temp_dirs,
+        dir_files,
+        explicit: false,
+        keep: false,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Keys, values, versions
+
+/// Low bits: version of the last value written (0 = never written); top bit: deleted.
+const DELETED: u32 = 1 << 31;
+
+fn live(v: u32) -> bool {
+    v != 0 && v & DELETED == 0
+}
+
+fn version(v: u32) -> u32 {
+    v & !DELETED
+}
+
+/// The key number `k` in decimal, zero-padded to the width of `buf`.
+fn fmt_key(buf: &mut [u8], mut k: u64) {
+    buf.fill(b'0');
+    let mut i = buf.len();
+    while k > 0 && i > 0 {
+        i -= 1;
+        buf[i] = b'0' + (k % 10) as u8;
+        k /= 10;
+    }
+}
+
+/// Value of key `k` at `version`: deterministic pseudo-random bytes.
+fn fill_value(buf: &mut [u8], seed: u64, k: u64, version: u32) {
+    let s = mix64(mix64(k ^ seed.wrapping_mul(0xA24B_AED4_963E_E407)) ^ (version as u64).wrapping_mul(0x9FB2_1C65_1E98_DF25));
+    SplitMix64::new(s).fill(buf);
+}
+
+fn digits(mut n: u64) -> usize {
+    let mut d = 1;
+    while n >= 10 {
+        n /= 10;
+        d += 1;
+    }
+    d
+}
+
+// ---------------------------------------------------------------------------
+// Phases
+
+struct Ctx<'a> {
+    db: &'a Db,
+    versions: Vec<AtomicU32>,
+    num: u64,
+    threads: usize,
+    key_size: usize,
+    value_size: usize,
+    seed: u64,
+    read_percent: u8,
+    abort: AtomicBool,
+}
+
+fn new_hist() -> CliResult<Histogram<u64>> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| CliError::new(format!("histogram: {e}")))
+}
+
+struct Tally {
+    ops: u64,
+    bytes: u64,
+    reads: u64,
+    hits: u64,
+    writes: u64,
+    deletes: u64,
+    deletes_found: u64,
+    bad: u64,
+    bad_msgs: Vec<String>,
+    all: Histogram<u64>,
+    rd: Histogram<u64>,
+    wr: Histogram<u64>,
+}
+
+impl Tally {
+    fn new() -> CliResult<Tally> {
+        Ok(Tally {
+            ops: 0,
+            bytes: 0,
+            reads: 0,
+            hits: 0,
+            writes: 0,
+            deletes: 0,
+            deletes_found: 0,
+            bad: 0,
+            bad_msgs: Vec::new(),
+            all: new_hist()?,
+            rd: new_hist()?,
+            wr: new_hist()?,
+        })
+    }
+    fn bad(&mut self, msg: String) {
+        self.bad += 1;
+        if self.bad_msgs.len() < 20 {
+            self.bad_msgs.push(msg);
+        }
+    }
+    fn merge(&mut self, o: Tally) -> CliResult<()> {
+        self.ops += o.ops;
+        self.bytes += o.bytes;
+        self.reads += o.reads;
+        self.hits += o.hits;
+        self.writes += o.writes;
+        self.deletes += o.deletes;
+        self.deletes_found += o.deletes_found;
+        self.bad += o.bad;
+        self.bad_msgs.extend(o.bad_msgs);
+        self.bad_msgs.truncate(20);
+        let e = |e: hdrhistogram::AdditionError| CliError::new(format!("merging histograms: {e:?}"));
+        self.all.add(&o.all).map_err(e)?;
+        self.rd.add(&o.rd).map_err(e)?;
+        self.wr.add(&o.wr).map_err(e)?;
+        Ok(())
+    }
+}
+
+/// Latency figures of one phase, in microseconds.
+#[derive(serde::Serialize, Clone, Debug)]
+pub struct Lat {
+    pub count: u64,
+    pub avg: f64,
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub p9999: f64,
+    pub max: f64,
+}
+
+impl Lat {
+    fn of(h: &Histogram<u64>) -> Lat {
+        let us = |ns: u64| ns as f64 / 1e3;
+        Lat {
+            count: h.len(),
+            avg: h.mean() / 1e3,
+            p50: us(h.value_at_quantile(0.5)),
+            p99: us(h.value_at_quantile(0.99)),
+            p999: us(h.value_at_quantile(0.999)),
+            p9999: us(h.value_at_quantile(0.9999)),
+            max: us(h.max()),
+        }
+    }
+}
+
+/// Results of one phase.
+#[derive(serde::Serialize, Clone, Debug)]
+pub struct PhaseReport {
+    pub phase: Phase,
+    pub ops: u64,
+    pub seconds: f64,
+    pub ops_per_sec: f64,
+    pub mb_per_sec: f64,
+    pub bytes: u64,
+    pub reads: u64,
+    pub read_hits: u64,
+    pub writes: u64,
+    pub deletes: u64,
+    pub deletes_found: u64,
+    pub wrong_values: u64,
+    pub latency_us: Lat,
+    pub read_latency_us: Option<Lat>,
+    pub write_latency_us: Option<Lat>,
+}
+
+impl PhaseReport {
+    fn line(&self) -> String {
+        let l = &self.latency_us;
+        let extra = match self.phase {
+            Phase::Read | Phase::Verify => format!("  found {}/{}", self.read_hits, self.reads),
+            Phase::Readwrite => format!("  reads {} (found {}) writes {}", self.reads, self.read_hits, self.writes),
+            Phase::Delete => format!("  deleted {} (existed {})", self.deletes, self.deletes_found),
+            _ => String::new(),
+        };
+        let wrong = if self.wrong_values > 0 { format!("  WRONG VALUES {}", self.wrong_values) } else { String::new() };
+        format!(
+            "{:<10} {:>10} ops {:>8.3} s {:>10.0} ops/s {:>8.1} MB/s   latency µs: avg {:.1} p50 {:.1} p99 {:.1} p99.9 {:.1} p99.99 {:.1} max {:.1}{extra}{wrong}",
+            self.phase.name(),
+            self.ops,
+            self.seconds,
+            self.ops_per_sec,
+            self.mb_per_sec,
+            l.avg,
+            l.p50,
+            l.p99,
+            l.p999,
+            l.p9999,
+            l.max
+        )
+    }
+}
+
+impl Ctx<'_> {
+    fn range(&self, t: usize) -> (u64, u64) {
+        let (n, tt) = (self.num as u128, self.threads as u128);
+        ((n * t as u128 / tt) as u64, (n * (t as u128 + 1) / tt) as u64)
+    }
+
+    /// Keys owned by thread `t` are those with `k % threads == t`: a writer never
+    /// races another on a key, so the expected version of every key is exact.
+    fn owned(&self, t: usize) -> u64 {
+        let t = t as u64;
+        if t >= self.num {
+            0
+        } else {
+            (self.num - 1 - t) / self.threads as u64 + 1
+        }
+    }
+
+    fn ops_for(&self, t: usize) -> u64 {
+        let tt = self.threads as u64;
+        self.num / tt + u64::from((t as u64) < self.num % tt)
+    }
+
+    fn key_name(&self, k: u64) -> String {
+        let mut b = vec![0u8; self.key_size];
+        fmt_key(&mut b, k);
+        String::from_utf8_lossy(&b).into_owned()
+    }
+
+    fn write_one(&self, k: u64, key: &mut [u8], val: &mut [u8], tl: &mut Tally, rw: bool) -> CliResult<()> {
+        fmt_key(key, k);
+        let slot = &self.versions[k as usize];
+        let nv = version(slot.load(Relaxed)) + 1;
+        fill_value(val, self.seed, k, nv);
+        let t0 = Instant::now();
+        self.db
+            .put(key, val)
+            .map_err(|e| CliError::new(format!("put of key {} failed: {e}", self.key_name(k))))?;
+        let ns = t0.elapsed().as_nanos() as u64;
+        slot.store(nv, Relaxed);
+        tl.all.saturating_record(ns.max(1));
+        if rw {
+            tl.wr.saturating_record(ns.max(1));
+        }
+        tl.writes += 1;
+        tl.bytes += (key.len() + val.len()) as u64;
+        Ok(())
+    }
+
+    fn read_one(&self, k: u64, key: &mut [u8], val: &mut [u8], tl: &mut Tally, rw: bool) -> CliResult<()> {
+        fmt_key(key, k);
+        let v = self.versions[k as usize].load(Relaxed);
+        let t0 = Instant::now();
+        let got = self
+            .db
+            .get(key)
+            .map_err(|e| CliError::new(format!("get of key {} failed: {e}", self.key_name(k))))?;
+        let ns = t0.elapsed().as_nanos() as u64;
+        tl.all.saturating_record(ns.max(1));
+        if rw {
+            tl.rd.saturating_record(ns.max(1));
+        }
+        tl.reads += 1;
+        tl.bytes += key.len() as u64;
+        match (live(v), got) {
+            (true, Some(g)) => {
+                tl.hits += 1;
+                tl.bytes += g.len() as u64;
+                fill_value(val, self.seed, k, version(v));
+                if g != *val {
+                    let at = g.iter().zip(val.iter()).position(|(a, b)| a != b).unwrap_or(g.len().min(val.len()));
+                    tl.bad(format!(
+                        "key {}: wrong value: expected version {} ({} bytes), got {} bytes differing from byte {at}",
+                        self.key_name(k),
+                        version(v),
+                        val.len(),
+                        g.len()
+                    ));
+                }
+            }
+            (true, None) => tl.bad(format!(
+                "key {}: missing, but version {} was written and acknowledged",
+                self.key_name(k),
+                version(v)
+            )),
+            (false, Some(g)) => {
+                tl.hits += 1;
+                tl.bad(format!(
+                    "key {}: found a {}-byte value, but the key was {}",
+                    self.key_name(k),
+                    g.len(),
+                    if v == 0 { "never written" } else { "deleted" }
+                ))
+            }
+            (false, None) => {}
+        }
+        Ok(())
+    }
+
+    fn delete_one(&self, k: u64, key: &mut [u8], tl: &mut Tally) -> CliResult<()> {
+        fmt_key(key, k);
+        let slot = &self.versions[k as usize];
+        let v = slot.load(Relaxed);
+        let t0 = Instant::now();
+        let existed = self
+            .db
+            .delete(key)
+            .map_err(|e| CliError::new(format!("delete of key {} failed: {e}", self.key_name(k))))?;
+        tl.all.saturating_record((t0.elapsed().as_nanos() as u64).max(1));
+        slot.store(v | DELETED, Relaxed);
+        tl.deletes += 1;
+        tl.bytes += key.len() as u64;
+        if existed {
+            tl.deletes_found += 1;
+        }
+        if existed != live(v) {
+            tl.bad(format!(
+                "key {}: delete reported existed={existed}, but the key was {}",
+                self.key_name(k),
+                if live(v) { "live" } else { "absent" }
+            ));
+        }
+        Ok(())
+    }
+
+    fn worker(&self, phase: Phase, t: usize, done: &AtomicU64, deadline: Option<Instant>) -> CliResult<Tally> {
+        let mut tl = Tally::new()?;
+        let mut key = vec![0u8; self.key_size];
+        let mut val = vec![0u8; self.value_size];
+        let mut rng = SplitMix64::new(mix64(self.seed ^ mix64(((phase as u64) << 32) | t as u64)));
+        let mut pending = 0u64;
+        let tick = |tl: &mut Tally, pending: &mut u64| {
+            tl.ops += 1;
+            *pending += 1;
+            if *pending == 64 {
+                done.fetch_add(64, Relaxed);
+                *pending = 0;
+            }
+        };
+        let owned = self.owned(t);
+        let (lo, hi) = self.range(t);
+        let rand_key = |rng: &mut SplitMix64| t as u64 + self.threads as u64 * rng.below(owned);
+        match phase {
+            Phase::Fill | Phase::Verify | Phase::Delete => {
+                for k in lo..hi {
+                    if self.abort.load(Relaxed) {
+                        break;
+                    }
+                    match phase {
+                        Phase::Fill => self.write_one(k, &mut key, &mut val, &mut tl, false)?,
+                        Phase::Verify => self.read_one(k, &mut key, &mut val, &mut tl, false)?,
+                        _ => {
+                            if mix64(k ^ mix64(self.seed ^ 0xde1e7e)) & 1 == 0 {
+                                continue;
+                            }
+                            self.delete_one(k, &mut key, &mut tl)?
+                        }
+                    }
+                    tick(&mut tl, &mut pending);
+                }
+            }
+            Phase::Read | Phase::Overwrite | Phase::Readwrite => {
+                if owned == 0 {
+                    return Ok(tl);
+                }
+                let limit = if deadline.is_some() && phase != Phase::Read { u64::MAX } else { self.ops_for(t) };
+                let mut i = 0;
+                while i < limit {
+                    if self.abort.load(Relaxed) {
+                        break;
+                    }
+                    if phase != Phase::Read {
+                        if let Some(d) = deadline {
+                            if Instant::now() >= d {
+                                break;
+                            }
+                        }
+                    }
+                    let k = rand_key(&mut rng);
+                    let read = match phase {
+                        Phase::Read => true,
+                        Phase::Overwrite => false,
+                        _ => rng.below(100) < self.read_percent as u64,
+                    };
+                    let rw = phase == Phase::Readwrite;
+                    if read {
+                        self.read_one(k, &mut key, &mut val, &mut tl, rw)?;
+                    } else {
+                        self.write_one(k, &mut key, &mut val, &mut tl, rw)?;
+                    }
+                    tick(&mut tl, &mut pending);
+                    i += 1;
+                }
+            }
+        }
+        done.fetch_add(pending, Relaxed);
+        Ok(tl)
+    }
+
+    fn run_phase(&self, phase: Phase, duration: Option<f64>) -> CliResult<PhaseReport> {
+        let timed = duration.filter(|_| matches!(phase, Phase::Overwrite | Phase::Readwrite));
+        let total = match phase {
+            Phase::Delete => (0..self.num).filter(|&k| mix64(k ^ mix64(self.seed ^ 0xde1e7e)) & 1 == 1).count() as u64,
+            _ => self.num,
+        };
+        let pb = if std::io::stderr().is_terminal() {
+            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10))
+        } else {
+            ProgressBar::hidden()
+        };
+        let style = if timed.is_some() {
+            ProgressStyle::with_template("{prefix:>10} [{elapsed_precise}] [{wide_bar}] {msg}")
+        } else {
+            ProgressStyle::with_template("{prefix:>10} [{elapsed_precise}] [{wide_bar}] {human_pos}/{human_len} {per_sec} eta {eta}")
+        };
+        pb.set_style(style.unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "));
+        pb.set_prefix(phase.name());
+        pb.set_length(match timed {
+            Some(d) => (d * 1000.0) as u64,
+            None => total,
+        });
+        let done = AtomicU64::new(0);
+        let start = Instant::now();
+        let deadline = timed.map(|d| start + Duration::from_secs_f64(d));
+        let results: Vec<CliResult<Tally>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..self.threads)
+                .map(|t| {
+                    let done = &done;
+                    s.spawn(move || {
+                        let r = self.worker(phase, t, done, deadline);
+                        if r.is_err() {
+                            self.abort.store(true, Relaxed);
+                        }
+                        r
+                    })
+                })
+                .collect();
+            while !handles.iter().all(|h| h.is_finished()) {
+                let n = done.load(Relaxed);
+                match timed {
+                    Some(_) => {
+                        pb.set_position(start.elapsed().as_millis() as u64);
+                        pb.set_message(format!("{n} ops"));
+                    }
+                    None => pb.set_position(n),
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(CliError::new("a demo worker thread panicked"))))
+                .collect()
+        });
+        let secs = start.elapsed().as_secs_f64();
+        pb.finish_and_clear();
+        let mut tally = Tally::new()?;
+        for r in results {
+            tally.merge(r?)?;
+        }
+        for m in &tally.bad_msgs {
+            eprintln!("masse demo: {} phase: {m}", phase.name());
+        }
+        Ok(PhaseReport {
+            phase,
+            ops: tally.ops,
+            seconds: secs,
+            ops_per_sec: tally.ops as f64 / secs.max(1e-9),
+            mb_per_sec: tally.bytes as f64 / 1e6 / secs.max(1e-9),
+            bytes: tally.bytes,
+            reads: tally.reads,
+            read_hits: tally.hits,
+            writes: tally.writes,
+            deletes: tally.deletes,
+            deletes_found: tally.deletes_found,
+            wrong_values: tally.bad,
+            latency_us: Lat::of(&tally.all),
+            read_latency_us: (phase == Phase::Readwrite).then(|| Lat::of(&tally.rd)),
+            write_latency_us: (phase == Phase::Readwrite).then(|| Lat::of(&tally.wr)),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The report
+
+#[derive(serde::Serialize)]
+struct Report {
+    command: String,
+    machine: Machine,
+    workload: Workload,
+    pool: Option<PoolLayout>,
+    phases: Vec<PhaseReport>,
+    checkpoint_at_end_ms: Option<f64>,
+    close_ms: Option<f64>,
+    verified_ok: bool,
+    stats: Option<Stats>,
+}
+
+#[derive(serde::Serialize)]
+struct Workload {
+    num: u64,
+    threads: usize,
+    key_size: usize,
+    value_size: usize,
+    phases: Vec<Phase>,
+    duration_secs: Option<f64>,
+    read_percent: u8,
+    seed: u64,
+    record_bytes: u64,
+    data_bytes: u64,
+    fast_path: Option<PathBuf>,
+    capacity_paths: Vec<PathBuf>,
+    capacity_file_size: u64,
+    target_utilization: Option<f64>,
+}
+
+fn write_json(path: &Path, r: &Report) -> CliResult<()> {
+    let s = serde_json::to_string_pretty(r).map_err(|e| CliError::new(format!("cannot encode the JSON report: {e}")))?;
+    std::fs::write(path, s + "\n").map_err(|e| io_err("cannot write the JSON report to", path, e))
+}
+
+fn out(s: impl AsRef<str>) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{}", s.as_ref());
+    let _ = o.flush();
+}
+
+pub fn run(a: &DemoArgs) -> CliResult<i32> {
+    // Validate before touching any file.
+    if a.num == 0 {
+        return Err(CliError::new("--num must be at least 1"));
+    }
+    if a.threads == 0 || a.threads > 1024 {
+        return Err(CliError::new("--threads must be between 1 and 1024"));
+    }
+    let key_size = a.key_size as usize;
+    let value_size = a.value_size as usize;
+    if key_size < digits(a.num - 1) || key_size > MAX_KEY_LEN {
+        return Err(CliError::new(format!(
+            "--key-size {key_size} cannot hold key numbers up to {} (need {}..={MAX_KEY_LEN} bytes)",
+            a.num - 1,
+            digits(a.num - 1)
+        )));
+    }
+    if value_size > MAX_VALUE_LEN {
+        return Err(CliError::new(format!("--value-size {value_size} exceeds the maximum of {MAX_VALUE_LEN} bytes")));
+    }
+    if let Some(u) = a.utilization {
+        if !(u > 0.0 && u < 1.0) {
+            return Err(CliError::new(format!("--utilization {u} must be between 0 and 1 (e.g. 0.5)")));
+        }
+    }
+    if let Some(d) = a.duration {
+        if !(d > 0.0 && d.is_finite()) {
+            return Err(CliError::new(format!("--duration {d} must be a positive number of seconds")));
+        }
+    }
+    if a.phases.is_empty() {
+        return Err(CliError::new("--phases is empty"));
+    }
+    let num = usize::try_from(a.num).map_err(|_| CliError::new("--num is too large for this machine"))?;
+
+    let rec = (record_len(key_size, value_size) as u64).div_ceil(8) * 8 + SUMMARY_ENTRY as u64;
+    let data = a.num * rec;
+    let mut place = plan(a, data)?;
+    if a.keep || a.hang_at_end || a.no_close {
+        place.keep();
+    }
+
+    let machine = Machine::probe();
+    let command = command_line();
+    out(format!("command   {command}"));
+    out(format!("machine   {}", machine.to_line()));
+    let phases: Vec<&str> = a.phases.iter().map(|p| p.name()).collect();
+    out(format!(
+        "workload  {} keys of {key_size} bytes, values of {value_size} bytes ({} of records); {} threads; phases {}; seed {}{}",
+        a.num,
+        fmt_bytes(data),
+        a.threads,
+        phases.join(","),
+        a.seed,
+        a.duration.map(|d| format!("; overwrite/readwrite for {d} s")).unwrap_or_default()
+    ));
+
+    // Make the pool. Existing devices given explicitly keep their size unless
+    // --fast-size/--capacity-size say otherwise; new files get the planned sizes.
+    let (fast_size, cap_size) = if place.explicit {
+        let missing_fast = place.fast.as_ref().is_some_and(|f| !f.exists());
+        let missing_cap = place.caps.iter().any(|c| !c.exists());
+        (
+            a.pool.fast_size.or(if missing_fast { place.fast_size } else { None }),
+            a.pool.capacity_size.or(if missing_cap { Some(place.cap_size) } else { None }),
+        )
+    } else {
+        (place.fast_size, Some(place.cap_size))
+    };
+    let pool = PoolArgs {
+        fast: place.fast.clone(),
+        capacity: place.caps.clone(),
+        fast_size,
+        capacity_size: cap_size,
+        pread: a.pool.pread,
+        buffered: a.pool.buffered,
+    };
+    let (cfg, new_files) = pool.create_config(&a.geo, None, None)?;
+    let opts = Options { expected_keys: num, ..Options::default() };
+    let t0 = Instant::now();
+    let db = create_pool(&cfg, &new_files, a.force, opts)?;
+    let layout = PoolLayout::of(&db);
+    out(format!("pool      created in {:.1} ms", t0.elapsed().as_secs_f64() * 1e3));
+    print!("{}", layout.to_text("          "));
+    let g = &layout.geometry;
+    let bands: u64 = g.bands_per_device.iter().map(|&b| b as u64).sum();
+    let tier = bands * g.band_size;
+    out(format!(
+        "          live data will be about {} = {:.0}% of the {} capacity tier{}",
+        fmt_bytes(data),
+        100.0 * data as f64 / tier.max(1) as f64,
+        fmt_bytes(tier),
+        a.utilization.map(|u| format!(" (--utilization {u})")).unwrap_or_default()
+    ));
+    if data > tier {
+        out("          warning: the data does not fit the capacity tier; writes will fail with 'no space'");
+    }
+
+    let mut report = Report {
+        command,
+        machine,
+        workload: Workload {
+            num: a.num,
+            threads: a.threads,
+            key_size,
+            value_size,
+            phases: a.phases.clone(),
+            duration_secs: a.duration,
+            read_percent: a.read_percent,
+            seed: a.seed,
+            record_bytes: rec,
+            data_bytes: data,
+            fast_path: place.fast.clone(),
+            capacity_paths: place.caps.clone(),
+            capacity_file_size: place.cap_size,
+            target_utilization: a.utilization,
+        },
+        pool: Some(layout),
+        phases: Vec::new(),
+        checkpoint_at_end_ms: None,
+        close_ms: None,
+        verified_ok: true,
+        stats: None,
+    };
+
+    let ctx = Ctx {
+        db: &db,
+        versions: (0..num).map(|_| AtomicU32::new(0)).collect(),
+        num: a.num,
+        threads: a.threads,
+        key_size,
+        value_size,
+        seed: a.seed,
+        read_percent: a.read_percent,
+        abort: AtomicBool::new(false),
+    };
+    out("phases    (MB = 10^6 bytes of keys and values; latency per operation)");
+    let mut failed_phase = None;
+    for &phase in &a.phases {
+        let r = ctx.run_phase(phase, a.duration)?;
+        out(r.line());
+        if let (Some(rl), Some(wl)) = (&r.read_latency_us, &r.write_latency_us) {
+            for (what, l) in [("reads", rl), ("writes", wl)] {
+                out(format!(
+                    "  {what:<8} {:>10} ops {:>39}latency µs: avg {:.1} p50 {:.1} p99 {:.1} p99.9 {:.1} p99.99 {:.1} max {:.1}",
+                    l.count, "", l.avg, l.p50, l.p99, l.p999, l.p9999, l.max
+                ));
+            }
+        }
+        let bad = r.wrong_values;
+        report.phases.push(r);
+        if bad > 0 {
+            failed_phase = Some((phase, bad));
+            report.verified_ok = false;
+            break;
+        }
+    }
+    drop(ctx);
+
+    if a.checkpoint_at_end {
+        let t = Instant::now();
+        db.checkpoint().map_err(|e| CliError::new(format!("checkpoint failed: {e}")))?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        report.checkpoint_at_end_ms = Some(ms);
+        out(format!("checkpoint written in {ms:.1} ms"));
+    }
+
+    let stats = db.stats();
+    out("engine statistics");
+    print!("{}", stats.to_text());
+    report.stats = Some(stats);
+
+    if failed_phase.is_some() {
+        place.keep();
+    }
+    let pool_cmd = pool_flags(place.fast.as_deref(), &place.caps);
+    if place.keep && !place.explicit {
+        out(format!("pool kept: inspect it with `masse stats{pool_cmd}`"));
+        if place.fast.as_ref().is_some_and(|f| f.starts_with("/dev/shm")) {
+            out("          (the fast-tier file is in /dev/shm: it is lost at reboot; delete the files when done)");
+        }
+    }
+
+    if a.hang_at_end || a.no_close {
+        if let Some(j) = &a.json {
+            write_json(j, &report)?;
+        }
+        if a.no_close {
+            out("exiting without closing the pool (simulated crash)");
+            std::process::exit(0);
+        }
+        out("READY");
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+
+    let t = Instant::now();
+    let closed = db.close();
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    closed.map_err(|e| CliError::new(format!("closing the pool failed: {e}")))?;
+    report.close_ms = Some(ms);
+    out(format!("closed in {ms:.1} ms"));
+    if let Some(j) = &a.json {
+        write_json(j, &report)?;
+        out(format!("report written to {}", j.display()));
+    }
+    if let Some((phase, bad)) = failed_phase {
+        return Err(CliError::with_code(
+            format!(
+                "verification failed: {bad} wrong value(s) in the {} phase (see above); pool kept for inspection:{pool_cmd}",
+                phase.name()
+            ),
+            EXIT_VERIFY_FAILED,
+        ));
+    }
+    drop(place);
+    Ok(0)
+}

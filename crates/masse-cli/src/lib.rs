@@ -1,0 +1,7 @@
+//! Helpers shared by the `masse` command-line tool and its integration tests:
+//! size and count parsing, a small deterministic PRNG, and the keys and values
+//! written by the hidden crash-test child `masse ack-writer`.
+
+pub mod ack;
+pub mod rng;
+pub mod units;

@@ -1,0 +1,118 @@
+//! `masse`: the command-line tool of the masse storage engine.
+
+mod ack_writer;
+mod cmds;
+mod demo;
+mod error;
+mod machine;
+mod pool;
+
+use clap::{Parser, Subcommand};
+use error::{CliResult, EXIT_ERROR};
+
+const ABOUT: &str = "\
+masse: a media-aware tiered key-value storage engine (MASSé).
+Small writes are made durable on an SCM-class fast tier (Optane, Z-NAND, XL-Flash,
+PMEM, tmpfs) used as a write pad, merged in DRAM into large segments, and written
+strictly sequentially in LBands to a QLC/TLC capacity tier; a DRAM hash index finds
+every key in one read. A pool is named by its devices (--fast, --capacity).";
+
+const AFTER: &str = "\
+Start with `masse demo` (temporary files, about a minute), or make a pool:
+  masse create --fast /dev/shm/f --fast-size 1G --capacity /var/tmp/c --capacity-size 16G
+  masse put --fast /dev/shm/f --capacity /var/tmp/c hello world
+Exit codes: 0 success, 1 key not found (get), 2 error, 3 check found problems,
+4 the demo read a wrong value.";
+
+#[derive(Parser, Debug)]
+#[command(name = "masse", version, about = ABOUT, after_help = AFTER)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Format devices as a new pool and print the layout chosen
+    ///
+    /// Formats the devices (creating files given with --fast-size/--capacity-size) and prints
+    /// the mode, segment size, band size and bands per device, pad size, checkpoint slot size,
+    /// IU, and per device its path, role, media, size, I/O backend and whether O_DIRECT is used.
+    /// A device that already holds a pool is refused unless --force is given.
+    #[command(mut_arg("capacity", |a| a.required(true)))]
+    Create(cmds::CreateArgs),
+
+    /// Store a value under a key (durable when the command returns)
+    ///
+    /// The value is VALUE, the contents of --value-file, or standard input with --stdin.
+    #[command(mut_arg("capacity", |a| a.required(true)))]
+    Put(cmds::PutArgs),
+
+    /// Print the value of a key; exit code 1 if it is absent
+    ///
+    /// Writes the raw value bytes to standard output or to --output FILE. When the key is
+    /// absent, prints "not found" on stderr and exits with code 1.
+    #[command(mut_arg("capacity", |a| a.required(true)))]
+    Get(cmds::GetArgs),
+
+    /// Delete a key and print whether it existed (durable when the command returns)
+    #[command(mut_arg("capacity", |a| a.required(true)))]
+    Del(cmds::DelArgs),
+
+    /// Open the pool and print the engine's statistics
+    ///
+    /// Opening runs recovery when the pool was not closed cleanly; the statistics include
+    /// how long the open took and what it recovered from (clean, checkpoint or scan).
+    #[command(mut_arg("capacity", |a| a.required(true)))]
+    Stats(cmds::StatsArgs),
+
+    /// Verify the whole pool; exit code 3 if problems are found
+    ///
+    /// Reads every segment of every band in use and verifies headers, summaries and record
+    /// checksums, then every index entry against its record, and the space accounting.
+    #[command(mut_arg("capacity", |a| a.required(true)))]
+    Check(cmds::CheckArgs),
+
+    /// Run a benchmark workload on a new pool and verify every value: start here
+    ///
+    /// Makes a pool (by default on temporary files: the fast tier in /dev/shm, the capacity
+    /// tier under $TMPDIR or /var/tmp), runs db_bench-style phases (fill, read, overwrite,
+    /// readwrite, delete, verify) on several threads, and prints per phase the throughput and
+    /// latency percentiles, then the engine's statistics: host write amplification, GC, index
+    /// DRAM per key, pad and device I/O. The temporary files are removed unless --keep.
+    Demo(demo::DemoArgs),
+
+    /// Crash-test child: write keys ack{i:012} and print "ACK i" after each acknowledged
+    /// write ("DEL j" after each acknowledged delete), never closing.
+    #[command(hide = true, mut_arg("capacity", |a| a.required(true)))]
+    AckWriter(ack_writer::AckWriterArgs),
+}
+
+fn run(cli: Cli) -> CliResult<i32> {
+    match &cli.cmd {
+        Cmd::Create(a) => cmds::create(a),
+        Cmd::Put(a) => cmds::put(a),
+        Cmd::Get(a) => cmds::get(a),
+        Cmd::Del(a) => cmds::del(a),
+        Cmd::Stats(a) => cmds::stats(a),
+        Cmd::Check(a) => cmds::check(a),
+        Cmd::Demo(a) => demo::run(a),
+        Cmd::AckWriter(a) => ack_writer::run(a),
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("masse: error: {}", e.one_line());
+            if e.code == 0 {
+                EXIT_ERROR
+            } else {
+                e.code
+            }
+        }
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,123 @@
+//! Model-based random operations against a BTreeMap, with clean reopens,
+//! simulated crashes (drop without close) and power cuts, in every configuration.
+mod common;
+use common::*;
+use masse::{Db, WriteBatch};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(u16, u16, u16),
+    Del(u16),
+    Get(u16),
+    Batch(Vec<(u16, Option<u16>)>),
+    Reopen,
+    Crash,
+    PowerCut,
+    Gc,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        40 => (0u16..300, any::<u16>(), 0u16..3000).prop_map(|(k, v, l)| Op::Put(k, v, l)),
+        10 => (0u16..300).prop_map(Op::Del),
+        20 => (0u16..300).prop_map(Op::Get),
+        5 => prop::collection::vec((0u16..300, prop::option::of(0u16..2000)), 1..8).prop_map(Op::Batch),
+        2 => Just(Op::Reopen),
+        2 => Just(Op::Crash),
+        2 => Just(Op::PowerCut),
+        2 => Just(Op::Gc),
+    ]
+}
+
+fn val(k: u16, v: u16, len: u16) -> Vec<u8> {
+    value(k as u64, v as u64, len as usize)
+}
+
+fn run(p: MemPool, ops: Vec<Op>) {
+    let mut model: BTreeMap<u16, Vec<u8>> = BTreeMap::new();
+    let mut db = Some(Db::create(&p.config(), opts()).expect("create"));
+    for op in ops {
+        let d = db.as_ref().expect("open");
+        match op {
+            Op::Put(k, v, l) => {
+                let value = val(k, v, l);
+                d.put(&key(k as u64), &value).expect("put");
+                model.insert(k, value);
+            }
+            Op::Del(k) => {
+                let existed = d.delete(&key(k as u64)).expect("delete");
+                assert_eq!(existed, model.remove(&k).is_some(), "delete result for {k}");
+            }
+            Op::Get(k) => {
+                assert_eq!(d.get(&key(k as u64)).expect("get"), model.get(&k).cloned(), "get {k}");
+            }
+            Op::Batch(items) => {
+                let mut b = WriteBatch::new();
+                for (k, v) in &items {
+                    match v {
+                        Some(l) => b.put(&key(*k as u64), &val(*k, *l, *l)).expect("batch put"),
+                        None => b.delete(&key(*k as u64)).expect("batch del"),
+                    }
+                }
+                d.write(b).expect("write batch");
+                for (k, v) in items {
+                    match v {
+                        Some(l) => {
+                            model.insert(k, val(k, l, l));
+                        }
+                        None => {
+                            model.remove(&k);
+                        }
+                    }
+                }
+            }
+            Op::Reopen => {
+                db.take().expect("open").close().expect("close");
+                db = Some(Db::open(&p.config(), opts()).expect("reopen"));
+            }
+            Op::Crash => {
+                drop(db.take());
+                db = Some(Db::open(&p.config(), opts()).expect("recover after crash"));
+            }
+            Op::PowerCut => {
+                drop(db.take());
+                p.power_cut();
+                db = Some(Db::open(&p.config(), opts()).expect("recover after power cut"));
+            }
+            Op::Gc => {
+                let _ = d.gc_once().expect("gc");
+            }
+        }
+    }
+    let d = db.take().expect("open");
+    for (k, v) in &model {
+        assert_eq!(d.get(&key(*k as u64)).expect("get").as_ref(), Some(v), "final get {k}");
+    }
+    let n = d.iter().map(|r| r.expect("iter")).count();
+    assert_eq!(n, model.len(), "iteration count");
+    let rep = d.check().expect("check");
+    assert!(rep.is_clean(), "{:?}", rep.errors);
+    assert_eq!(rep.live_keys as usize, model.len());
+    d.close().expect("close");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn tiered_matches_model(ops in prop::collection::vec(op(), 1..400)) {
+        run(MemPool::tiered(48 << 20, 16 << 20).with_geometry(16 << 10, 256 << 10), ops);
+    }
+
+    #[test]
+    fn capacity_only_matches_model(ops in prop::collection::vec(op(), 1..400)) {
+        run(MemPool::capacity_only(24 << 20).with_geometry(16 << 10, 256 << 10), ops);
+    }
+
+    #[test]
+    fn scm_only_matches_model(ops in prop::collection::vec(op(), 1..300)) {
+        run(MemPool::scm_only(24 << 20).with_geometry(8 << 10, 128 << 10), ops);
+    }
+}
