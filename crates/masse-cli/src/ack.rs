@@ -41,9 +41,7 @@ impl std::fmt::Display for ValueSizes {
 impl FromStr for ValueSizes {
     type Err = String;
     fn from_str(s: &str) -> Result<ValueSizes, String> {
-        let num = |t: &str| {
-            crate::units::parse_size(t).map(|v| v as usize)
-        };
+        let num = |t: &str| crate::units::parse_size(t).map(|v| v as usize);
         let (min, max) = match s.split_once("..") {
             Some((a, b)) => (num(a)?, num(b.trim_start_matches('='))?),
             None => {
@@ -52,10 +50,15 @@ impl FromStr for ValueSizes {
             }
         };
         if min > max {
-            return Err(format!("value size range {s:?} is empty (minimum above maximum)"));
+            return Err(format!(
+                "value size range {s:?} is empty (minimum above maximum)"
+            ));
         }
         if max > masse::MAX_VALUE_LEN {
-            return Err(format!("value size {max} exceeds the maximum of {} bytes", masse::MAX_VALUE_LEN));
+            return Err(format!(
+                "value size {max} exceeds the maximum of {} bytes",
+                masse::MAX_VALUE_LEN
+            ));
         }
         Ok(ValueSizes { min, max })
     }
@@ -66,7 +69,12 @@ impl FromStr for ValueSizes {
 pub fn ack_value(i: u64, seed: u64, sizes: ValueSizes) -> Vec<u8> {
     let mut r = SplitMix64::new(mix64(i ^ mix64(seed ^ 0x6163_6b00)));
     let span = (sizes.max - sizes.min) as u64;
-    let len = sizes.min + if span == 0 { 0 } else { r.below(span + 1) as usize };
+    let len = sizes.min
+        + if span == 0 {
+            0
+        } else {
+            r.below(span + 1) as usize
+        };
     let mut v = vec![0u8; len];
     r.fill(&mut v);
     v
@@ -79,7 +87,13 @@ mod tests {
     #[test]
     fn values_are_deterministic_and_sized() {
         let s: ValueSizes = "100..4000".parse().unwrap();
-        assert_eq!(s, ValueSizes { min: 100, max: 4000 });
+        assert_eq!(
+            s,
+            ValueSizes {
+                min: 100,
+                max: 4000
+            }
+        );
         let mut lens = std::collections::HashSet::new();
         for i in 0..200 {
             let v = ack_value(i, 3, s);

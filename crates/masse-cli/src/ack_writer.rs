@@ -55,12 +55,14 @@ pub fn run(a: &AckWriterArgs) -> CliResult<i32> {
                 b.put(&ack_key(j), &ack_value(j, a.seed, a.value_size))
                     .map_err(|e| CliError::new(format!("batch put of key {j}: {e}")))?;
             }
-            db.write(b).map_err(|e| CliError::new(format!("batch {i}..={last} failed: {e}")))?;
+            db.write(b)
+                .map_err(|e| CliError::new(format!("batch {i}..={last} failed: {e}")))?;
         }
         say(format!("ACK {last}"))?;
         for j in i..=last {
             if j % 10 == 0 && j >= 7 {
-                db.delete(&ack_key(j - 7)).map_err(|e| CliError::new(format!("delete of key {} failed: {e}", j - 7)))?;
+                db.delete(&ack_key(j - 7))
+                    .map_err(|e| CliError::new(format!("delete of key {} failed: {e}", j - 7)))?;
                 say(format!("DEL {}", j - 7))?;
             }
         }

@@ -22,7 +22,11 @@ pub struct KeyArg {
 
 impl KeyArg {
     pub fn bytes(&self) -> CliResult<Vec<u8>> {
-        let k = if self.hex { decode_hex(&self.key)? } else { self.key.as_bytes().to_vec() };
+        let k = if self.hex {
+            decode_hex(&self.key)?
+        } else {
+            self.key.as_bytes().to_vec()
+        };
         if k.is_empty() || k.len() > MAX_KEY_LEN {
             return Err(CliError::new(format!(
                 "invalid key length {} (keys must be 1..={MAX_KEY_LEN} bytes)",
@@ -34,17 +38,27 @@ impl KeyArg {
 }
 
 fn decode_hex(s: &str) -> CliResult<Vec<u8>> {
-    let t = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")).unwrap_or(s);
-    if t.len() % 2 != 0 {
-        return Err(CliError::new(format!("hex key {s:?} has an odd number of digits")));
+    let t = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .unwrap_or(s);
+    if t.len() % 2 == 1 {
+        return Err(CliError::new(format!(
+            "hex key {s:?} has an odd number of digits"
+        )));
     }
     let digit = |c: u8| -> CliResult<u8> {
-        (c as char)
-            .to_digit(16)
-            .map(|d| d as u8)
-            .ok_or_else(|| CliError::new(format!("hex key {s:?} contains {:?}, which is not a hex digit", c as char)))
+        (c as char).to_digit(16).map(|d| d as u8).ok_or_else(|| {
+            CliError::new(format!(
+                "hex key {s:?} contains {:?}, which is not a hex digit",
+                c as char
+            ))
+        })
     };
-    t.as_bytes().chunks(2).map(|p| Ok(digit(p[0])? << 4 | digit(p[1])?)).collect()
+    t.as_bytes()
+        .chunks(2)
+        .map(|p| Ok(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
 }
 
 /// Open, run `f`, close — closing even when `f` failed, reporting `f`'s error first.
@@ -75,7 +89,8 @@ pub fn create(a: &CreateArgs) -> CliResult<i32> {
     let (cfg, new_files) = a.pool.create_config(&a.geo, None, None)?;
     let db = create_pool(&cfg, &new_files, a.force, Options::default())?;
     let layout = PoolLayout::of(&db);
-    db.close().map_err(|e| CliError::new(format!("closing the new pool: {e}")))?;
+    db.close()
+        .map_err(|e| CliError::new(format!("closing the new pool: {e}")))?;
     println!("created a {} pool", layout.geometry.mode.name());
     print!("{}", layout.to_text("  "));
     println!(
@@ -127,7 +142,10 @@ pub fn put(a: &PutArgs) -> CliResult<i32> {
             if a.stdin { "+" } else { "" }
         )));
     }
-    with_db(&a.pool, |db| db.put(&key, &value).map_err(|e| CliError::new(format!("put failed: {e}"))))?;
+    with_db(&a.pool, |db| {
+        db.put(&key, &value)
+            .map_err(|e| CliError::new(format!("put failed: {e}")))
+    })?;
     println!("stored {} bytes", value.len());
     Ok(0)
 }
@@ -147,13 +165,18 @@ pub struct GetArgs {
 
 pub fn get(a: &GetArgs) -> CliResult<i32> {
     let key = a.key.bytes()?;
-    let v = with_db(&a.pool, |db| db.get(&key).map_err(|e| CliError::new(format!("get failed: {e}"))))?;
+    let v = with_db(&a.pool, |db| {
+        db.get(&key)
+            .map_err(|e| CliError::new(format!("get failed: {e}")))
+    })?;
     let Some(v) = v else {
         eprintln!("not found");
         return Ok(EXIT_NOT_FOUND);
     };
     match &a.output {
-        Some(path) => std::fs::write(path, &v).map_err(|e| io_err("cannot write the value to", path, e))?,
+        Some(path) => {
+            std::fs::write(path, &v).map_err(|e| io_err("cannot write the value to", path, e))?
+        }
         None => {
             let mut out = std::io::stdout().lock();
             out.write_all(&v)
@@ -176,7 +199,10 @@ pub struct DelArgs {
 
 pub fn del(a: &DelArgs) -> CliResult<i32> {
     let key = a.key.bytes()?;
-    let existed = with_db(&a.pool, |db| db.delete(&key).map_err(|e| CliError::new(format!("delete failed: {e}"))))?;
+    let existed = with_db(&a.pool, |db| {
+        db.delete(&key)
+            .map_err(|e| CliError::new(format!("delete failed: {e}")))
+    })?;
     if existed {
         println!("deleted (the key existed)");
     } else {
@@ -199,7 +225,8 @@ pub struct StatsArgs {
 pub fn stats(a: &StatsArgs) -> CliResult<i32> {
     let s = with_db(&a.pool, |db| Ok(db.stats()))?;
     if a.json {
-        let j = serde_json::to_string_pretty(&s).map_err(|e| CliError::new(format!("cannot encode JSON: {e}")))?;
+        let j = serde_json::to_string_pretty(&s)
+            .map_err(|e| CliError::new(format!("cannot encode JSON: {e}")))?;
         println!("{j}");
     } else {
         print!("{}", s.to_text());
@@ -219,9 +246,13 @@ pub struct CheckArgs {
 }
 
 pub fn check(a: &CheckArgs) -> CliResult<i32> {
-    let r = with_db(&a.pool, |db| db.check().map_err(|e| CliError::new(format!("check failed: {e}"))))?;
+    let r = with_db(&a.pool, |db| {
+        db.check()
+            .map_err(|e| CliError::new(format!("check failed: {e}")))
+    })?;
     if a.json {
-        let j = serde_json::to_string_pretty(&r).map_err(|e| CliError::new(format!("cannot encode JSON: {e}")))?;
+        let j = serde_json::to_string_pretty(&r)
+            .map_err(|e| CliError::new(format!("cannot encode JSON: {e}")))?;
         println!("{j}");
     } else {
         println!(

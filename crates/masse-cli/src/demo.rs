@@ -86,7 +86,12 @@ pub struct DemoArgs {
 
     /// Phases to run, in order, comma-separated: fill, read, overwrite, readwrite,
     /// delete, verify.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "fill,read,overwrite,verify")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "fill,read,overwrite,verify"
+    )]
     pub phases: Vec<Phase>,
 
     /// Run the overwrite and readwrite phases for this many seconds instead of --num
@@ -148,6 +153,9 @@ struct Place {
     caps: Vec<PathBuf>,
     fast_size: Option<u64>,
     cap_size: u64,
+    /// Segment and band sizes chosen by --utilization.
+    segment: Option<u64>,
+    band: Option<u64>,
     /// Temporary directories made for the demo (removed on drop unless kept).
     temp_dirs: Vec<tempfile::TempDir>,
     /// Files made in a user-given --dir (removed at the end unless kept).
@@ -205,31 +213,56 @@ fn round_up(x: u64, a: u64) -> u64 {
     x.div_ceil(a) * a
 }
 
-/// Capacity-file size that makes `data` bytes about `util` of the capacity tier.
-fn size_for_utilization(data: u64, util: f64, a: &DemoArgs, has_fast: bool) -> u64 {
+/// Sizes that make `data` bytes about `util` of the capacity tier.
+struct Sizing {
+    cap: u64,
+    /// Segment and band sizes chosen for the demo (when not given on the command line).
+    segment: Option<u64>,
+    band: Option<u64>,
+}
+
+/// Size the capacity file (and, unless given, segments and bands) so that `data` bytes
+/// are about `util` of the capacity tier, with enough bands (about 128) that GC's free-band
+/// reserve (max(4, bands/16)) stays a small share of it.
+fn size_for_utilization(data: u64, util: f64, a: &DemoArgs, has_fast: bool) -> Sizing {
     let target = (data as f64 / util).ceil() as u64;
-    let seg = a.geo.segment_size.unwrap_or(256 << 10).max(4096);
-    // Mirror the library's default band size: 64 MiB, at most 1/16 of the device.
-    let band = a.geo.band_size.unwrap_or(if target >= 16 * 64 * MIB {
-        64 * MIB
-    } else {
-        ((target / 16) / seg).max(5) * seg
+    let iu = a.geo.iu.unwrap_or(4096).max(4096);
+    let seg = match a.geo.segment_size {
+        Some(s) => s,
+        None => {
+            // Smaller segments for small data sets, so there can be 64+ bands of 4+ segments.
+            let mut s: u64 = 256 << 10;
+            while s > (8 << 10).max(iu) && target / (4 * s) < 64 {
+                s /= 2;
+            }
+            s
+        }
+    };
+    let band = a.geo.band_size.unwrap_or_else(|| {
+        let k = (target / 128 / seg).clamp(4, (64 * MIB / seg).max(4));
+        k * seg + iu
     });
-    let usable = round_up(target, band);
+    let payload = ((band.saturating_sub(iu)) / seg).max(1) * seg;
+    let nbands = target.div_ceil(payload).max(4);
+    let usable = nbands * band;
     // Space before band 0: 1 MiB with a fast tier, else two checkpoint slots too.
     let meta = |cap: u64| -> u64 {
         if has_fast {
-            MIB
+            round_up(16384, MIB.max(iu))
         } else {
             let slot = a.geo.checkpoint_size.unwrap_or(cap / 32) / 4096 * 4096;
-            round_up(16384 + 2 * slot, MIB)
+            round_up(16384 + 2 * slot, MIB.max(iu))
         }
     };
     let mut cap = usable + meta(usable);
     for _ in 0..8 {
         cap = usable + meta(cap);
     }
-    cap
+    Sizing {
+        cap: round_up(cap, 4096),
+        segment: a.geo.segment_size.is_none().then_some(seg),
+        band: a.geo.band_size.is_none().then_some(band),
+    }
 }
 
 fn plan(a: &DemoArgs, data: u64) -> CliResult<Place> {
@@ -238,18 +271,30 @@ fn plan(a: &DemoArgs, data: u64) -> CliResult<Place> {
         Some(ModeArg::CapacityOnly) | Some(ModeArg::ScmOnly) => false,
         Some(ModeArg::Tiered) | None => true,
     };
-    let has_fast = if a.pool.capacity.is_empty() { want_fast } else { a.pool.fast.is_some() };
-    let cap_size = match (a.pool.capacity_size, a.utilization) {
-        (Some(s), _) => s,
-        (None, Some(u)) => size_for_utilization(data, u, a, has_fast),
-        (None, None) => round_up((4 * data).max(256 * MIB), MIB),
+    let has_fast = if a.pool.capacity.is_empty() {
+        want_fast
+    } else {
+        a.pool.fast.is_some()
+    };
+    let (cap_size, segment, band) = match (a.pool.capacity_size, a.utilization) {
+        (Some(s), _) => (s, None, None),
+        (None, Some(u)) => {
+            let z = size_for_utilization(data, u, a, has_fast);
+            (z.cap, z.segment, z.band)
+        }
+        (None, None) => (round_up((4 * data).max(256 * MIB), MIB), None, None),
     };
     if !a.pool.capacity.is_empty() {
+        // Existing devices keep their geometry defaults: nothing was sized for them.
+        let sized = a.pool.capacity.iter().all(|c| !c.exists());
+        let (segment, band) = if sized { (segment, band) } else { (None, None) };
         return Ok(Place {
             fast: a.pool.fast.clone(),
             caps: a.pool.capacity.clone(),
             fast_size: Some(a.pool.fast_size.unwrap_or(fast_default)),
             cap_size,
+            segment,
+            band,
             temp_dirs: Vec::new(),
             dir_files: Vec::new(),
             explicit: true,
@@ -303,6 +348,8 @@ fn plan(a: &DemoArgs, data: u64) -> CliResult<Place> {
         caps: vec![cap],
         fast_size: Some(fast_size),
         cap_size,
+        segment,
+        band,
         temp_dirs,
         dir_files,
         explicit: false,
@@ -337,7 +384,10 @@ fn fmt_key(buf: &mut [u8], mut k: u64) {
 
 /// Value of key `k` at `version`: deterministic pseudo-random bytes.
 fn fill_value(buf: &mut [u8], seed: u64, k: u64, version: u32) {
-    let s = mix64(mix64(k ^ seed.wrapping_mul(0xA24B_AED4_963E_E407)) ^ (version as u64).wrapping_mul(0x9FB2_1C65_1E98_DF25));
+    let s = mix64(
+        mix64(k ^ seed.wrapping_mul(0xA24B_AED4_963E_E407))
+            ^ (version as u64).wrapping_mul(0x9FB2_1C65_1E98_DF25),
+    );
     SplitMix64::new(s).fill(buf);
 }
 
@@ -366,7 +416,8 @@ struct Ctx<'a> {
 }
 
 fn new_hist() -> CliResult<Histogram<u64>> {
-    Histogram::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| CliError::new(format!("histogram: {e}")))
+    Histogram::new_with_bounds(1, 60_000_000_000, 3)
+        .map_err(|e| CliError::new(format!("histogram: {e}")))
 }
 
 struct Tally {
@@ -418,7 +469,8 @@ impl Tally {
         self.bad += o.bad;
         self.bad_msgs.extend(o.bad_msgs);
         self.bad_msgs.truncate(20);
-        let e = |e: hdrhistogram::AdditionError| CliError::new(format!("merging histograms: {e:?}"));
+        let e =
+            |e: hdrhistogram::AdditionError| CliError::new(format!("merging histograms: {e:?}"));
         self.all.add(&o.all).map_err(e)?;
         self.rd.add(&o.rd).map_err(e)?;
         self.wr.add(&o.wr).map_err(e)?;
@@ -478,11 +530,21 @@ impl PhaseReport {
         let l = &self.latency_us;
         let extra = match self.phase {
             Phase::Read | Phase::Verify => format!("  found {}/{}", self.read_hits, self.reads),
-            Phase::Readwrite => format!("  reads {} (found {}) writes {}", self.reads, self.read_hits, self.writes),
-            Phase::Delete => format!("  deleted {} (existed {})", self.deletes, self.deletes_found),
+            Phase::Readwrite => format!(
+                "  reads {} (found {}) writes {}",
+                self.reads, self.read_hits, self.writes
+            ),
+            Phase::Delete => format!(
+                "  deleted {} (existed {})",
+                self.deletes, self.deletes_found
+            ),
             _ => String::new(),
         };
-        let wrong = if self.wrong_values > 0 { format!("  WRONG VALUES {}", self.wrong_values) } else { String::new() };
+        let wrong = if self.wrong_values > 0 {
+            format!("  WRONG VALUES {}", self.wrong_values)
+        } else {
+            String::new()
+        };
         format!(
             "{:<10} {:>10} ops {:>8.3} s {:>10.0} ops/s {:>8.1} MB/s   latency µs: avg {:.1} p50 {:.1} p99 {:.1} p99.9 {:.1} p99.99 {:.1} max {:.1}{extra}{wrong}",
             self.phase.name(),
@@ -503,7 +565,10 @@ impl PhaseReport {
 impl Ctx<'_> {
     fn range(&self, t: usize) -> (u64, u64) {
         let (n, tt) = (self.num as u128, self.threads as u128);
-        ((n * t as u128 / tt) as u64, (n * (t as u128 + 1) / tt) as u64)
+        (
+            (n * t as u128 / tt) as u64,
+            (n * (t as u128 + 1) / tt) as u64,
+        )
     }
 
     /// Keys owned by thread `t` are those with `k % threads == t`: a writer never
@@ -528,7 +593,14 @@ impl Ctx<'_> {
         String::from_utf8_lossy(&b).into_owned()
     }
 
-    fn write_one(&self, k: u64, key: &mut [u8], val: &mut [u8], tl: &mut Tally, rw: bool) -> CliResult<()> {
+    fn write_one(
+        &self,
+        k: u64,
+        key: &mut [u8],
+        val: &mut [u8],
+        tl: &mut Tally,
+        rw: bool,
+    ) -> CliResult<()> {
         fmt_key(key, k);
         let slot = &self.versions[k as usize];
         let nv = version(slot.load(Relaxed)) + 1;
@@ -548,7 +620,14 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    fn read_one(&self, k: u64, key: &mut [u8], val: &mut [u8], tl: &mut Tally, rw: bool) -> CliResult<()> {
+    fn read_one(
+        &self,
+        k: u64,
+        key: &mut [u8],
+        val: &mut [u8],
+        tl: &mut Tally,
+        rw: bool,
+    ) -> CliResult<()> {
         fmt_key(key, k);
         let v = self.versions[k as usize].load(Relaxed);
         let t0 = Instant::now();
@@ -569,7 +648,11 @@ impl Ctx<'_> {
                 tl.bytes += g.len() as u64;
                 fill_value(val, self.seed, k, version(v));
                 if g != *val {
-                    let at = g.iter().zip(val.iter()).position(|(a, b)| a != b).unwrap_or(g.len().min(val.len()));
+                    let at = g
+                        .iter()
+                        .zip(val.iter())
+                        .position(|(a, b)| a != b)
+                        .unwrap_or(g.len().min(val.len()));
                     tl.bad(format!(
                         "key {}: wrong value: expected version {} ({} bytes), got {} bytes differing from byte {at}",
                         self.key_name(k),
@@ -603,11 +686,11 @@ impl Ctx<'_> {
         let slot = &self.versions[k as usize];
         let v = slot.load(Relaxed);
         let t0 = Instant::now();
-        let existed = self
-            .db
-            .delete(key)
-            .map_err(|e| CliError::new(format!("delete of key {} failed: {e}", self.key_name(k))))?;
-        tl.all.saturating_record((t0.elapsed().as_nanos() as u64).max(1));
+        let existed = self.db.delete(key).map_err(|e| {
+            CliError::new(format!("delete of key {} failed: {e}", self.key_name(k)))
+        })?;
+        tl.all
+            .saturating_record((t0.elapsed().as_nanos() as u64).max(1));
         slot.store(v | DELETED, Relaxed);
         tl.deletes += 1;
         tl.bytes += key.len() as u64;
@@ -624,7 +707,13 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    fn worker(&self, phase: Phase, t: usize, done: &AtomicU64, deadline: Option<Instant>) -> CliResult<Tally> {
+    fn worker(
+        &self,
+        phase: Phase,
+        t: usize,
+        done: &AtomicU64,
+        deadline: Option<Instant>,
+    ) -> CliResult<Tally> {
         let mut tl = Tally::new()?;
         let mut key = vec![0u8; self.key_size];
         let mut val = vec![0u8; self.value_size];
@@ -664,7 +753,11 @@ impl Ctx<'_> {
                 if owned == 0 {
                     return Ok(tl);
                 }
-                let limit = if deadline.is_some() && phase != Phase::Read { u64::MAX } else { self.ops_for(t) };
+                let limit = if deadline.is_some() && phase != Phase::Read {
+                    u64::MAX
+                } else {
+                    self.ops_for(t)
+                };
                 let mut i = 0;
                 while i < limit {
                     if self.abort.load(Relaxed) {
@@ -701,7 +794,9 @@ impl Ctx<'_> {
     fn run_phase(&self, phase: Phase, duration: Option<f64>) -> CliResult<PhaseReport> {
         let timed = duration.filter(|_| matches!(phase, Phase::Overwrite | Phase::Readwrite));
         let total = match phase {
-            Phase::Delete => (0..self.num).filter(|&k| mix64(k ^ mix64(self.seed ^ 0xde1e7e)) & 1 == 1).count() as u64,
+            Phase::Delete => (0..self.num)
+                .filter(|&k| mix64(k ^ mix64(self.seed ^ 0xde1e7e)) & 1 == 1)
+                .count() as u64,
             _ => self.num,
         };
         let pb = if std::io::stderr().is_terminal() {
@@ -714,7 +809,11 @@ impl Ctx<'_> {
         } else {
             ProgressStyle::with_template("{prefix:>10} [{elapsed_precise}] [{wide_bar}] {human_pos}/{human_len} {per_sec} eta {eta}")
         };
-        pb.set_style(style.unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "));
+        pb.set_style(
+            style
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
         pb.set_prefix(phase.name());
         pb.set_length(match timed {
             Some(d) => (d * 1000.0) as u64,
@@ -749,7 +848,10 @@ impl Ctx<'_> {
             }
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(CliError::new("a demo worker thread panicked"))))
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(CliError::new("a demo worker thread panicked")))
+                })
                 .collect()
         });
         let secs = start.elapsed().as_secs_f64();
@@ -816,7 +918,8 @@ struct Workload {
 }
 
 fn write_json(path: &Path, r: &Report) -> CliResult<()> {
-    let s = serde_json::to_string_pretty(r).map_err(|e| CliError::new(format!("cannot encode the JSON report: {e}")))?;
+    let s = serde_json::to_string_pretty(r)
+        .map_err(|e| CliError::new(format!("cannot encode the JSON report: {e}")))?;
     std::fs::write(path, s + "\n").map_err(|e| io_err("cannot write the JSON report to", path, e))
 }
 
@@ -844,29 +947,62 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
         )));
     }
     if value_size > MAX_VALUE_LEN {
-        return Err(CliError::new(format!("--value-size {value_size} exceeds the maximum of {MAX_VALUE_LEN} bytes")));
+        return Err(CliError::new(format!(
+            "--value-size {value_size} exceeds the maximum of {MAX_VALUE_LEN} bytes"
+        )));
     }
     if let Some(u) = a.utilization {
         if !(u > 0.0 && u < 1.0) {
-            return Err(CliError::new(format!("--utilization {u} must be between 0 and 1 (e.g. 0.5)")));
+            return Err(CliError::new(format!(
+                "--utilization {u} must be between 0 and 1 (e.g. 0.5)"
+            )));
         }
     }
     if let Some(d) = a.duration {
         if !(d > 0.0 && d.is_finite()) {
-            return Err(CliError::new(format!("--duration {d} must be a positive number of seconds")));
+            return Err(CliError::new(format!(
+                "--duration {d} must be a positive number of seconds"
+            )));
         }
     }
     if a.phases.is_empty() {
         return Err(CliError::new("--phases is empty"));
     }
-    let num = usize::try_from(a.num).map_err(|_| CliError::new("--num is too large for this machine"))?;
+    let num =
+        usize::try_from(a.num).map_err(|_| CliError::new("--num is too large for this machine"))?;
 
+    // DRAM: 4 bytes per key of version tracking here, ~20-30 bytes per key of engine index.
+    let mem = Machine::probe().mem_total_bytes;
+    let need = a.num.saturating_mul(32);
+    if mem > 0 && need > mem / 4 * 3 {
+        return Err(CliError::new(format!(
+            "--num {} needs about {} of RAM (index and version tracking) but the machine has {}",
+            a.num,
+            fmt_bytes(need),
+            fmt_bytes(mem)
+        )));
+    }
     let rec = (record_len(key_size, value_size) as u64).div_ceil(8) * 8 + SUMMARY_ENTRY as u64;
     let data = a.num * rec;
     let mut place = plan(a, data)?;
     if a.keep || a.hang_at_end || a.no_close {
         place.keep();
     }
+    let r = run_on(a, &mut place, data, rec, num);
+    if r.is_err() && place.keep && !place.explicit {
+        let files: Vec<String> = place
+            .fast
+            .iter()
+            .chain(place.caps.iter())
+            .map(|p| p.display().to_string())
+            .collect();
+        eprintln!("masse demo: pool files kept: {}", files.join(" "));
+    }
+    r
+}
+
+fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> CliResult<i32> {
+    let (key_size, value_size) = (a.key_size as usize, a.value_size as usize);
 
     let machine = Machine::probe();
     let command = command_line();
@@ -889,8 +1025,14 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
         let missing_fast = place.fast.as_ref().is_some_and(|f| !f.exists());
         let missing_cap = place.caps.iter().any(|c| !c.exists());
         (
-            a.pool.fast_size.or(if missing_fast { place.fast_size } else { None }),
-            a.pool.capacity_size.or(if missing_cap { Some(place.cap_size) } else { None }),
+            a.pool
+                .fast_size
+                .or(if missing_fast { place.fast_size } else { None }),
+            a.pool.capacity_size.or(if missing_cap {
+                Some(place.cap_size)
+            } else {
+                None
+            }),
         )
     } else {
         (place.fast_size, Some(place.cap_size))
@@ -903,12 +1045,21 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
         pread: a.pool.pread,
         buffered: a.pool.buffered,
     };
-    let (cfg, new_files) = pool.create_config(&a.geo, None, None)?;
-    let opts = Options { expected_keys: num, ..Options::default() };
+    let mut geo = a.geo.clone();
+    geo.segment_size = geo.segment_size.or(place.segment);
+    geo.band_size = geo.band_size.or(place.band);
+    let (cfg, new_files) = pool.create_config(&geo, None, None)?;
+    let opts = Options {
+        expected_keys: num,
+        ..Options::default()
+    };
     let t0 = Instant::now();
     let db = create_pool(&cfg, &new_files, a.force, opts)?;
     let layout = PoolLayout::of(&db);
-    out(format!("pool      created in {:.1} ms", t0.elapsed().as_secs_f64() * 1e3));
+    out(format!(
+        "pool      created in {:.1} ms",
+        t0.elapsed().as_secs_f64() * 1e3
+    ));
     print!("{}", layout.to_text("          "));
     let g = &layout.geometry;
     let bands: u64 = g.bands_per_device.iter().map(|&b| b as u64).sum();
@@ -918,7 +1069,9 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
         fmt_bytes(data),
         100.0 * data as f64 / tier.max(1) as f64,
         fmt_bytes(tier),
-        a.utilization.map(|u| format!(" (--utilization {u})")).unwrap_or_default()
+        a.utilization
+            .map(|u| format!(" (--utilization {u})"))
+            .unwrap_or_default()
     ));
     if data > tier {
         out("          warning: the data does not fit the capacity tier; writes will fail with 'no space'");
@@ -965,7 +1118,15 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
     out("phases    (MB = 10^6 bytes of keys and values; latency per operation)");
     let mut failed_phase = None;
     for &phase in &a.phases {
-        let r = ctx.run_phase(phase, a.duration)?;
+        let r = match ctx.run_phase(phase, a.duration) {
+            Ok(r) => r,
+            Err(e) => {
+                out(format!("{:<10} failed", phase.name()));
+                out("engine statistics at the failure");
+                print!("{}", db.stats().to_text());
+                return Err(e);
+            }
+        };
         out(r.line());
         if let (Some(rl), Some(wl)) = (&r.read_latency_us, &r.write_latency_us) {
             for (what, l) in [("reads", rl), ("writes", wl)] {
@@ -987,7 +1148,8 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
 
     if a.checkpoint_at_end {
         let t = Instant::now();
-        db.checkpoint().map_err(|e| CliError::new(format!("checkpoint failed: {e}")))?;
+        db.checkpoint()
+            .map_err(|e| CliError::new(format!("checkpoint failed: {e}")))?;
         let ms = t.elapsed().as_secs_f64() * 1e3;
         report.checkpoint_at_end_ms = Some(ms);
         out(format!("checkpoint written in {ms:.1} ms"));
@@ -1002,9 +1164,19 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
         place.keep();
     }
     let pool_cmd = pool_flags(place.fast.as_deref(), &place.caps);
-    if place.keep && !place.explicit {
-        out(format!("pool kept: inspect it with `masse stats{pool_cmd}`"));
-        if place.fast.as_ref().is_some_and(|f| f.starts_with("/dev/shm")) {
+    if place.explicit {
+        out(format!(
+            "pool left on the devices given: inspect it with `masse stats{pool_cmd}`"
+        ));
+    } else if place.keep {
+        out(format!(
+            "pool kept: inspect it with `masse stats{pool_cmd}`"
+        ));
+        if place
+            .fast
+            .as_ref()
+            .is_some_and(|f| f.starts_with("/dev/shm"))
+        {
             out("          (the fast-tier file is in /dev/shm: it is lost at reboot; delete the files when done)");
         }
     }
@@ -1042,6 +1214,5 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
             EXIT_VERIFY_FAILED,
         ));
     }
-    drop(place);
     Ok(0)
 }

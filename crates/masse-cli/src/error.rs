@@ -21,11 +21,17 @@ pub type CliResult<T> = Result<T, CliError>;
 impl CliError {
     /// A plain error (exit code 2).
     pub fn new(msg: impl Into<String>) -> CliError {
-        CliError { msg: msg.into(), code: EXIT_ERROR }
+        CliError {
+            msg: msg.into(),
+            code: EXIT_ERROR,
+        }
     }
     /// An error with a specific exit code.
     pub fn with_code(msg: impl Into<String>, code: i32) -> CliError {
-        CliError { msg: msg.into(), code }
+        CliError {
+            msg: msg.into(),
+            code,
+        }
     }
     /// The message on one line.
     pub fn one_line(&self) -> String {

@@ -11,14 +11,17 @@ pub struct Machine {
 
 impl Machine {
     pub fn probe() -> Machine {
-        let nproc = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let nproc = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
             .lines()
             .find_map(|l| {
                 let (k, v) = l.split_once(':')?;
                 let k = k.trim();
-                (k == "model name" || k == "Model" || k == "cpu model").then(|| v.trim().to_string())
+                (k == "model name" || k == "Model" || k == "cpu model")
+                    .then(|| v.trim().to_string())
             })
             .unwrap_or_else(|| "unknown".to_string());
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
@@ -33,7 +36,12 @@ impl Machine {
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|_| "unknown".to_string());
-        Machine { nproc, cpu_model, mem_total_bytes, kernel }
+        Machine {
+            nproc,
+            cpu_model,
+            mem_total_bytes,
+            kernel,
+        }
     }
 
     pub fn to_line(&self) -> String {
@@ -50,7 +58,8 @@ impl Machine {
 /// Quote an argument for a POSIX shell when it needs it.
 pub fn shell_quote(s: &str) -> String {
     let plain = !s.is_empty()
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
     if plain {
         s.to_string()
     } else {
@@ -60,7 +69,9 @@ pub fn shell_quote(s: &str) -> String {
 
 /// This process's command line, shell-quoted.
 pub fn command_line() -> String {
-    let mut args: Vec<String> = std::env::args_os().map(|a| shell_quote(&a.to_string_lossy())).collect();
+    let mut args: Vec<String> = std::env::args_os()
+        .map(|a| shell_quote(&a.to_string_lossy()))
+        .collect();
     if let Some(first) = args.first_mut() {
         // Show the program as invoked, shortened to its name.
         if let Some(name) = std::path::Path::new(first.as_str()).file_name() {

@@ -18,7 +18,8 @@ strictly sequentially in LBands to a QLC/TLC capacity tier; a DRAM hash index fi
 every key in one read. A pool is named by its devices (--fast, --capacity).";
 
 const AFTER: &str = "\
-Start with `masse demo` (temporary files, about a minute), or make a pool:
+Start with `masse demo` (temporary files; a few minutes, or seconds with --num 200k),
+or make a pool:
   masse create --fast /dev/shm/f --fast-size 1G --capacity /var/tmp/c --capacity-size 16G
   masse put --fast /dev/shm/f --capacity /var/tmp/c hello world
 Exit codes: 0 success, 1 key not found (get), 2 error, 3 check found problems,
@@ -45,7 +46,10 @@ enum Cmd {
     /// Store a value under a key (durable when the command returns)
     ///
     /// The value is VALUE, the contents of --value-file, or standard input with --stdin.
-    #[command(mut_arg("capacity", |a| a.required(true)))]
+    #[command(
+        mut_arg("capacity", |a| a.required(true)),
+        override_usage = "masse put [OPTIONS] --capacity <PATH> <KEY> <VALUE | --value-file <FILE> | --stdin>"
+    )]
     Put(cmds::PutArgs),
 
     /// Print the value of a key; exit code 1 if it is absent

@@ -143,7 +143,10 @@ fn to_u32(v: Option<u64>, name: &str) -> CliResult<Option<u32>> {
 
 impl PoolArgs {
     pub fn io(&self) -> IoChoice {
-        IoChoice { force_pread: self.pread, force_buffered: self.buffered }
+        IoChoice {
+            force_pread: self.pread,
+            force_buffered: self.buffered,
+        }
     }
 
     fn need_capacity(&self) -> CliResult<()> {
@@ -167,7 +170,11 @@ impl PoolArgs {
         };
         Ok(PoolConfig {
             fast: self.fast.as_ref().map(|p| spec(p, "--fast")).transpose()?,
-            capacity: self.capacity.iter().map(|p| spec(p, "--capacity")).collect::<CliResult<_>>()?,
+            capacity: self
+                .capacity
+                .iter()
+                .map(|p| spec(p, "--capacity"))
+                .collect::<CliResult<_>>()?,
             io: self.io(),
             ..Default::default()
         })
@@ -183,7 +190,11 @@ impl PoolArgs {
     ) -> CliResult<(PoolConfig, Vec<PathBuf>)> {
         self.need_capacity()?;
         let mut new_files = Vec::new();
-        let mut spec = |p: &PathBuf, size: Option<u64>, flag: &str, size_flag: &str| -> CliResult<DeviceSpec> {
+        let mut spec = |p: &PathBuf,
+                        size: Option<u64>,
+                        flag: &str,
+                        size_flag: &str|
+         -> CliResult<DeviceSpec> {
             if p.exists() {
                 return Ok(match size {
                     Some(s) => DeviceSpec::file(p, s),
@@ -209,12 +220,22 @@ impl PoolArgs {
             Ok(DeviceSpec::file(p, size))
         };
         let fast = match &self.fast {
-            Some(p) => Some(spec(p, self.fast_size.or(default_fast_size), "--fast", "--fast-size")?),
+            Some(p) => Some(spec(
+                p,
+                self.fast_size.or(default_fast_size),
+                "--fast",
+                "--fast-size",
+            )?),
             None => None,
         };
         let mut capacity = Vec::new();
         for p in &self.capacity {
-            capacity.push(spec(p, self.capacity_size.or(default_cap_size), "--capacity", "--capacity-size")?);
+            capacity.push(spec(
+                p,
+                self.capacity_size.or(default_cap_size),
+                "--capacity",
+                "--capacity-size",
+            )?);
         }
         let cfg = PoolConfig {
             fast,
@@ -233,8 +254,17 @@ impl PoolArgs {
 }
 
 /// Format a pool; on failure remove the files this call created.
-pub fn create_pool(cfg: &PoolConfig, new_files: &[PathBuf], force: bool, opts: masse::Options) -> CliResult<Db> {
-    let r = if force { Db::create_force(cfg, opts) } else { Db::create(cfg, opts) };
+pub fn create_pool(
+    cfg: &PoolConfig,
+    new_files: &[PathBuf],
+    force: bool,
+    opts: masse::Options,
+) -> CliResult<Db> {
+    let r = if force {
+        Db::create_force(cfg, opts)
+    } else {
+        Db::create(cfg, opts)
+    };
     r.map_err(|e| {
         for f in new_files {
             let _ = std::fs::remove_file(f);
@@ -306,7 +336,11 @@ impl PoolLayout {
         let mut s = String::new();
         let total_bands: u64 = g.bands_per_device.iter().map(|&b| b as u64).sum();
         let _ = writeln!(s, "{ind}mode               {}", g.mode.name());
-        let _ = writeln!(s, "{ind}segment size       {}", fmt_bytes(g.segment_size as u64));
+        let _ = writeln!(
+            s,
+            "{ind}segment size       {}",
+            fmt_bytes(g.segment_size as u64)
+        );
         let _ = writeln!(
             s,
             "{ind}band size          {} ({} bands in all, {} of capacity tier; band header {})",
@@ -315,13 +349,28 @@ impl PoolLayout {
             fmt_bytes(total_bands * g.band_size),
             fmt_bytes(g.band_header_size as u64)
         );
-        let where_meta = if g.has_fast { "on the fast tier" } else { "on capacity device 0" };
-        if g.pad_size > 0 {
-            let _ = writeln!(s, "{ind}write pad          {} on the fast tier", fmt_bytes(g.pad_size));
+        let where_meta = if g.has_fast {
+            "on the fast tier"
         } else {
-            let _ = writeln!(s, "{ind}write pad          none (puts are group-committed to the capacity tier)");
+            "on capacity device 0"
+        };
+        if g.pad_size > 0 {
+            let _ = writeln!(
+                s,
+                "{ind}write pad          {} on the fast tier",
+                fmt_bytes(g.pad_size)
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "{ind}write pad          none (puts are group-committed to the capacity tier)"
+            );
         }
-        let _ = writeln!(s, "{ind}checkpoint slots   2 x {} {where_meta}", fmt_bytes(g.ckpt_slot_size));
+        let _ = writeln!(
+            s,
+            "{ind}checkpoint slots   2 x {} {where_meta}",
+            fmt_bytes(g.ckpt_slot_size)
+        );
         let _ = writeln!(s, "{ind}indirection unit   {}", fmt_bytes(g.iu as u64));
         for d in &self.devices {
             let bands = match d.bands {
@@ -336,7 +385,11 @@ impl PoolLayout {
                 d.media,
                 fmt_bytes(d.capacity),
                 d.backend,
-                if d.direct_io { "yes" } else { "no (page cache)" },
+                if d.direct_io {
+                    "yes"
+                } else {
+                    "no (page cache)"
+                },
                 bands
             );
         }
@@ -348,10 +401,16 @@ impl PoolLayout {
 pub fn pool_flags(fast: Option<&Path>, caps: &[PathBuf]) -> String {
     let mut s = String::new();
     if let Some(f) = fast {
-        s.push_str(&format!(" --fast {}", crate::machine::shell_quote(&f.display().to_string())));
+        s.push_str(&format!(
+            " --fast {}",
+            crate::machine::shell_quote(&f.display().to_string())
+        ));
     }
     for c in caps {
-        s.push_str(&format!(" --capacity {}", crate::machine::shell_quote(&c.display().to_string())));
+        s.push_str(&format!(
+            " --capacity {}",
+            crate::machine::shell_quote(&c.display().to_string())
+        ));
     }
     s
 }

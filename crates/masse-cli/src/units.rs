@@ -5,7 +5,9 @@
 /// fractional sizes are rounded to the nearest byte.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let num: String = num.chars().filter(|&c| c != '_').collect();
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
@@ -14,14 +16,22 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        _ => return Err(format!("invalid size {s:?}: unknown unit {unit:?} (use e.g. 4096, 64K, 256MiB, 1.5G)")),
+        _ => {
+            return Err(format!(
+                "invalid size {s:?}: unknown unit {unit:?} (use e.g. 4096, 64K, 256MiB, 1.5G)"
+            ))
+        }
     };
     if num.is_empty() {
-        return Err(format!("invalid size {s:?}: no number (use e.g. 4096, 64K, 256MiB, 1.5G)"));
+        return Err(format!(
+            "invalid size {s:?}: no number (use e.g. 4096, 64K, 256MiB, 1.5G)"
+        ));
     }
     if !num.contains('.') {
         let n: u64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
-        return n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"));
+        return n
+            .checked_mul(mult)
+            .ok_or_else(|| format!("size {s:?} is too large"));
     }
     let f: f64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
     let bytes = (f * mult as f64).round();
@@ -46,9 +56,13 @@ pub fn parse_count(s: &str) -> Result<u64, String> {
         return Err(format!("invalid count {s:?} (use e.g. 1000000, 1e6, 200k)"));
     }
     if mult == 1.0 && body.chars().all(|c| c.is_ascii_digit()) {
-        return body.parse().map_err(|_| format!("count {s:?} is too large"));
+        return body
+            .parse()
+            .map_err(|_| format!("count {s:?} is too large"));
     }
-    let f: f64 = body.parse().map_err(|_| format!("invalid count {s:?} (use e.g. 1000000, 1e6, 200k)"))?;
+    let f: f64 = body
+        .parse()
+        .map_err(|_| format!("invalid count {s:?} (use e.g. 1000000, 1e6, 200k)"))?;
     let v = f * mult;
     if !v.is_finite() || v < 0.0 || v >= u64::MAX as f64 {
         return Err(format!("invalid count {s:?}"));
@@ -70,9 +84,7 @@ pub fn fmt_bytes(b: u64) -> String {
     }
     if i == 0 {
         format!("{b} B")
-    } else if v.fract() == 0.0 {
-        format!("{v:.0} {}", UNITS[i])
-    } else if v >= 100.0 {
+    } else if v.fract() == 0.0 || v >= 100.0 {
         format!("{v:.0} {}", UNITS[i])
     } else {
         format!("{v:.1} {}", UNITS[i])

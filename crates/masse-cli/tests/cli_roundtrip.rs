@@ -10,11 +10,13 @@ const MASSE: &str = env!("CARGO_BIN_EXE_masse");
 /// A temporary directory for the fast tier: in /dev/shm when it exists.
 fn fast_dir() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
-    let b = tempfile::Builder::new().prefix("masse-cli-test-").tempdir_in(if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    });
+    let b = tempfile::Builder::new()
+        .prefix("masse-cli-test-")
+        .tempdir_in(if shm.is_dir() {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        });
     b.expect("temporary directory for the fast tier")
 }
 
@@ -44,7 +46,11 @@ fn masse_stdin(args: &[&str], pool: Option<&Pool>, stdin: Option<&[u8]>) -> Outp
     if let Some(p) = pool {
         c.args(p.args());
     }
-    c.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    c.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = c.spawn().expect("spawn masse");
     if let Some(data) = stdin {
@@ -64,7 +70,12 @@ fn masse_stdin(args: &[&str], pool: Option<&Pool>, stdin: Option<&[u8]>) -> Outp
 }
 
 fn ok(o: &Output) {
-    assert_eq!(o.status.code(), Some(0), "command failed: {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "command failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 fn stderr(o: &Output) -> String {
@@ -75,16 +86,33 @@ fn stderr(o: &Output) -> String {
 fn roundtrip_and_refusals() {
     let fdir = fast_dir();
     let cdir = tempfile::tempdir().expect("temporary directory");
-    let pool = Pool { fast: fdir.path().join("fast"), cap: cdir.path().join("cap") };
+    let pool = Pool {
+        fast: fdir.path().join("fast"),
+        cap: cdir.path().join("cap"),
+    };
 
     // create (files do not exist yet: sizes are required)
-    let o = masse(&["create", "--fast-size", "64M", "--capacity-size", "256M"], Some(&pool));
+    let o = masse(
+        &["create", "--fast-size", "64M", "--capacity-size", "256M"],
+        Some(&pool),
+    );
     ok(&o);
     let text = String::from_utf8_lossy(&o.stdout);
-    for want in ["tiered", "segment size", "band size", "write pad", "checkpoint", "indirection unit", "O_DIRECT"] {
+    for want in [
+        "tiered",
+        "segment size",
+        "band size",
+        "write pad",
+        "checkpoint",
+        "indirection unit",
+        "O_DIRECT",
+    ] {
         assert!(text.contains(want), "create output lacks {want:?}:\n{text}");
     }
-    assert!(text.contains(&pool.fast.display().to_string()) && text.contains(&pool.cap.display().to_string()));
+    assert!(
+        text.contains(&pool.fast.display().to_string())
+            && text.contains(&pool.cap.display().to_string())
+    );
 
     // put / get
     ok(&masse(&["put", "alpha", "one"], Some(&pool)));
@@ -96,16 +124,39 @@ fn roundtrip_and_refusals() {
     // overwrite, binary value from stdin, hex key, value file, --output
     ok(&masse(&["put", "alpha", "uno"], Some(&pool)));
     let bin: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
-    ok(&masse_stdin(&["put", "--hex", "00ff7f", "--stdin"], Some(&pool), Some(&bin)));
+    ok(&masse_stdin(
+        &["put", "--hex", "00ff7f", "--stdin"],
+        Some(&pool),
+        Some(&bin),
+    ));
     let o = masse(&["get", "--hex", "0x00FF7F"], Some(&pool));
     ok(&o);
     assert_eq!(o.stdout, bin);
     let vf = cdir.path().join("value.bin");
     std::fs::write(&vf, b"from a file").expect("write value file");
-    ok(&masse(&["put", "gamma", "--value-file", vf.to_str().expect("utf-8 path")], Some(&pool)));
+    ok(&masse(
+        &[
+            "put",
+            "gamma",
+            "--value-file",
+            vf.to_str().expect("utf-8 path"),
+        ],
+        Some(&pool),
+    ));
     let outf = cdir.path().join("out.bin");
-    ok(&masse(&["get", "gamma", "--output", outf.to_str().expect("utf-8 path")], Some(&pool)));
-    assert_eq!(std::fs::read(&outf).expect("read --output file"), b"from a file");
+    ok(&masse(
+        &[
+            "get",
+            "gamma",
+            "--output",
+            outf.to_str().expect("utf-8 path"),
+        ],
+        Some(&pool),
+    ));
+    assert_eq!(
+        std::fs::read(&outf).expect("read --output file"),
+        b"from a file"
+    );
     let o = masse(&["get", "alpha"], Some(&pool));
     assert_eq!(o.stdout, b"uno");
 
@@ -149,7 +200,11 @@ fn roundtrip_and_refusals() {
     // create again without --force: refused, the data survives; with --force: a new empty pool
     let o = masse(&["create"], Some(&pool));
     assert_ne!(o.status.code(), Some(0));
-    assert!(stderr(&o).contains("--force"), "refusal should mention --force: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--force"),
+        "refusal should mention --force: {}",
+        stderr(&o)
+    );
     assert_eq!(stderr(&o).trim_end().lines().count(), 1, "one-line error");
     assert_eq!(masse(&["get", "alpha"], Some(&pool)).stdout, b"uno");
 
@@ -166,22 +221,50 @@ fn roundtrip_and_refusals() {
 
     // a foreign file (random bytes) is not taken for a pool
     let foreign = cdir.path().join("random.bin");
-    let junk: Vec<u8> = (0..1u64 << 20).map(|i| (masse_cli::rng::mix64(i) >> 7) as u8).collect();
+    let junk: Vec<u8> = (0..1u64 << 20)
+        .map(|i| (masse_cli::rng::mix64(i) >> 7) as u8)
+        .collect();
     std::fs::write(&foreign, &junk).expect("write random file");
-    let o = masse(&["get", "alpha", "--capacity", foreign.to_str().expect("utf-8 path")], None);
+    let o = masse(
+        &[
+            "get",
+            "alpha",
+            "--capacity",
+            foreign.to_str().expect("utf-8 path"),
+        ],
+        None,
+    );
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("not a masse device"), "{}", stderr(&o));
     assert_eq!(stderr(&o).trim_end().lines().count(), 1, "one-line error");
-    assert_eq!(std::fs::read(&foreign).expect("reread"), junk, "the foreign file must be left untouched");
+    assert_eq!(
+        std::fs::read(&foreign).expect("reread"),
+        junk,
+        "the foreign file must be left untouched"
+    );
 
     // devices given in the wrong roles, a missing fast device, a missing file
-    let swapped = Pool { fast: pool.cap.clone(), cap: pool.fast.clone() };
+    let swapped = Pool {
+        fast: pool.cap.clone(),
+        cap: pool.fast.clone(),
+    };
     let o = masse(&["get", "alpha"], Some(&swapped));
     assert_eq!(o.status.code(), Some(2));
-    let o = masse(&["get", "alpha", "--capacity", pool.cap.to_str().expect("utf-8 path")], None);
+    let o = masse(
+        &[
+            "get",
+            "alpha",
+            "--capacity",
+            pool.cap.to_str().expect("utf-8 path"),
+        ],
+        None,
+    );
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--fast"), "{}", stderr(&o));
-    let o = masse(&["get", "alpha", "--capacity", "/nonexistent/masse/cap"], None);
+    let o = masse(
+        &["get", "alpha", "--capacity", "/nonexistent/masse/cap"],
+        None,
+    );
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("/nonexistent/masse/cap"));
 
@@ -202,12 +285,18 @@ fn create_needs_sizes_for_missing_files_and_removes_them_on_failure() {
     // too small to hold a pool: refused by the library, and the new file is removed again
     let o = masse(&["create", "--capacity", c, "--capacity-size", "1M"], None);
     assert_eq!(o.status.code(), Some(2));
-    assert!(!cap.exists(), "a failed create must not leave a new file behind");
+    assert!(
+        !cap.exists(),
+        "a failed create must not leave a new file behind"
+    );
     // bad size syntax is a usage error
     let o = masse(&["create", "--capacity", c, "--capacity-size", "12Q"], None);
     assert_eq!(o.status.code(), Some(2));
     // a capacity-only pool
-    ok(&masse(&["create", "--capacity", c, "--capacity-size", "128MiB"], None));
+    ok(&masse(
+        &["create", "--capacity", c, "--capacity-size", "128MiB"],
+        None,
+    ));
     ok(&masse(&["put", "--capacity", c, "k", "v"], None));
     assert_eq!(masse(&["get", "--capacity", c, "k"], None).stdout, b"v");
     let o = masse(&["stats", "--json", "--capacity", c], None);

@@ -108,7 +108,12 @@ fn run_masse(args: &[String]) -> std::process::Output {
 }
 
 /// Run one writer, kill it, and return its stdout lines.
-fn write_and_kill(pool: &PoolFiles, c: &Cycle, value_seed: u64, rng: &mut SplitMix64) -> Vec<String> {
+fn write_and_kill(
+    pool: &PoolFiles,
+    c: &Cycle,
+    value_seed: u64,
+    rng: &mut SplitMix64,
+) -> Vec<String> {
     let mut args = vec!["ack-writer".to_string()];
     args.extend(pool.args());
     args.extend([
@@ -176,16 +181,28 @@ fn write_and_kill(pool: &PoolFiles, c: &Cycle, value_seed: u64, rng: &mut SplitM
         err.trim()
     );
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(status.signal(), Some(libc::SIGKILL), "the writer ended by itself: {status}; stderr: {err}");
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "the writer ended by itself: {status}; stderr: {err}"
+    );
     assert!(!err.contains("masse: error"), "the writer failed: {err}");
     lines
 }
 
 /// Fold the writer's report into the model; returns the keys whose state is uncertain
 /// (a write in flight at the kill) as (key, old state, new state).
-fn apply(model: &mut Model, lines: &[String], c: &Cycle, value_seed: u64) -> Vec<(u64, Expect, Expect)> {
+fn apply(
+    model: &mut Model,
+    lines: &[String],
+    c: &Cycle,
+    value_seed: u64,
+) -> Vec<(u64, Expect, Expect)> {
     let sizes: ValueSizes = c.sizes.parse().expect("value sizes");
-    let new = Expect::Value { seed: value_seed, sizes };
+    let new = Expect::Value {
+        seed: value_seed,
+        sizes,
+    };
     let end = c.start + c.count;
     let mut last_ack: Option<u64> = None;
     let mut dels = Vec::new();
@@ -200,7 +217,10 @@ fn apply(model: &mut Model, lines: &[String], c: &Cycle, value_seed: u64) -> Vec
                     Some(a) => (a + c.batch).min(end - 1),
                     None => (c.start + c.batch - 1).min(end - 1),
                 };
-                assert_eq!(i, expect_next, "ACKs must come in order, batch by batch: {l:?}");
+                assert_eq!(
+                    i, expect_next,
+                    "ACKs must come in order, batch by batch: {l:?}"
+                );
                 last_ack = Some(i);
             }
             (Some("DEL"), Some(Ok(j))) => dels.push(j),
@@ -211,9 +231,19 @@ fn apply(model: &mut Model, lines: &[String], c: &Cycle, value_seed: u64) -> Vec
     for k in c.start..acked_end {
         model.set(k, new);
     }
-    let planned: Vec<u64> = (c.start..acked_end).filter(|j| j % 10 == 0 && *j >= 7).map(|j| j - 7).collect();
-    assert!(dels.len() <= planned.len(), "more DELs than acknowledged puts allow");
-    assert_eq!(dels[..], planned[..dels.len()], "DELs must follow the puts in order");
+    let planned: Vec<u64> = (c.start..acked_end)
+        .filter(|j| j % 10 == 0 && *j >= 7)
+        .map(|j| j - 7)
+        .collect();
+    assert!(
+        dels.len() <= planned.len(),
+        "more DELs than acknowledged puts allow"
+    );
+    assert_eq!(
+        dels[..],
+        planned[..dels.len()],
+        "DELs must follow the puts in order"
+    );
     for &t in &dels {
         model.set(t, Expect::Absent);
     }
@@ -237,21 +267,48 @@ fn apply(model: &mut Model, lines: &[String], c: &Cycle, value_seed: u64) -> Vec
         uncertain.len(),
         if done { ", writer finished" } else { "" }
     );
-    assert!(acked_end > c.start, "the writer acknowledged nothing before the kill; the test proved nothing");
+    assert!(
+        acked_end > c.start,
+        "the writer acknowledged nothing before the kill; the test proved nothing"
+    );
     uncertain
 }
 
+/// Run `f` on a thread and fail the test if it takes longer than `secs` (a hang
+/// in the engine should fail the test, not stall the suite).
+fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(v) => v,
+        Err(_) => panic!("{what} did not finish within {secs} s: the engine hangs"),
+    }
+}
+
 fn key_number(k: &[u8]) -> Option<u64> {
-    std::str::from_utf8(k.strip_prefix(b"ack")?).ok()?.parse().ok()
+    std::str::from_utf8(k.strip_prefix(b"ack")?)
+        .ok()?
+        .parse()
+        .ok()
 }
 
 /// Open the pool with the library and compare it with the model, resolving uncertain keys.
 fn verify(pool: &PoolFiles, model: &mut Model, uncertain: &[(u64, Expect, Expect)], close: bool) {
-    let db = masse::Db::open(&pool.config(), Options::default()).expect("open the pool after the kill");
+    let cfg = pool.config();
+    let db = within(120, "opening (recovering) the pool", move || {
+        masse::Db::open(&cfg, Options::default())
+    })
+    .expect("open the pool after the kill");
     let st = db.stats();
     eprintln!(
         "recovered via {} in {} µs ({} segments, {} pad records replayed), {} checksum failures",
-        st.recovery_source, st.recovery_us, st.recovery_segments_replayed, st.recovery_pad_records, st.corruptions
+        st.recovery_source,
+        st.recovery_us,
+        st.recovery_segments_replayed,
+        st.recovery_pad_records,
+        st.corruptions
     );
     let mut bad = Vec::new();
     let unc: HashSet<u64> = uncertain.iter().map(|u| u.0).collect();
@@ -265,7 +322,10 @@ fn verify(pool: &PoolFiles, model: &mut Model, uncertain: &[(u64, Expect, Expect
             bad.push(format!(
                 "key {k}: expected {}, found {}",
                 want.map_or("absent".to_string(), |v| format!("{} bytes", v.len())),
-                got.as_ref().map_or("nothing".to_string(), |v| format!("{} other bytes", v.len()))
+                got.as_ref().map_or("nothing".to_string(), |v| format!(
+                    "{} other bytes",
+                    v.len()
+                ))
             ));
         }
     }
@@ -276,7 +336,9 @@ fn verify(pool: &PoolFiles, model: &mut Model, uncertain: &[(u64, Expect, Expect
         } else if got == old.value(k) {
             model.set(k, old);
         } else {
-            bad.push(format!("key {k} (in flight at the kill): neither its old nor its new state"));
+            bad.push(format!(
+                "key {k} (in flight at the kill): neither its old nor its new state"
+            ));
         }
     }
     // A full scan: exactly the keys the model says, with their values.
@@ -289,17 +351,29 @@ fn verify(pool: &PoolFiles, model: &mut Model, uncertain: &[(u64, Expect, Expect
         };
         seen += 1;
         if model.get(n).value(n).as_deref() != Some(&v[..]) {
-            bad.push(format!("scan: key {n} holds {} bytes the model does not expect", v.len()));
+            bad.push(format!(
+                "scan: key {n} holds {} bytes the model does not expect",
+                v.len()
+            ));
         }
     }
-    let present = model.m.iter().filter(|(_, e)| **e != Expect::Absent).count() as u64;
+    let present = model
+        .m
+        .iter()
+        .filter(|(_, e)| **e != Expect::Absent)
+        .count() as u64;
     if seen != present {
         bad.push(format!("scan found {seen} keys, the model has {present}"));
     }
-    assert!(bad.is_empty(), "{} problems after recovery, first ones:\n{}", bad.len(), bad[..bad.len().min(20)].join("\n"));
+    assert!(
+        bad.is_empty(),
+        "{} problems after recovery, first ones:\n{}",
+        bad.len(),
+        bad[..bad.len().min(20)].join("\n")
+    );
     eprintln!("verified {} keys ({present} present)", model.m.len());
     if close {
-        db.close().expect("close");
+        within(120, "closing the pool", move || db.close()).expect("close");
     } else {
         drop(db); // a crash of the verifying process too
     }
@@ -307,17 +381,30 @@ fn verify(pool: &PoolFiles, model: &mut Model, uncertain: &[(u64, Expect, Expect
 
 fn fast_dir() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
-    let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
-    tempfile::Builder::new().prefix("masse-sigkill-").tempdir_in(base).expect("temporary directory")
+    let base = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    tempfile::Builder::new()
+        .prefix("masse-sigkill-")
+        .tempdir_in(base)
+        .expect("temporary directory")
 }
 
 fn scenario(tiered: bool, cycles: &[Cycle]) {
     let seed = test_seed();
-    eprintln!("sigkill_recovery ({}): seed {seed} (set MASSE_TEST_SEED={seed} to replay)", if tiered { "tiered" } else { "capacity-only" });
+    eprintln!(
+        "sigkill_recovery ({}): seed {seed} (set MASSE_TEST_SEED={seed} to replay)",
+        if tiered { "tiered" } else { "capacity-only" }
+    );
     let mut rng = SplitMix64::new(seed);
     let fdir = fast_dir();
     let cdir = tempfile::tempdir().expect("temporary directory");
-    let pool = PoolFiles { fast: tiered.then(|| fdir.path().join("fast")), cap: cdir.path().join("cap") };
+    let pool = PoolFiles {
+        fast: tiered.then(|| fdir.path().join("fast")),
+        cap: cdir.path().join("cap"),
+    };
     let mut args = vec!["create".to_string()];
     args.extend(pool.args());
     args.extend(["--capacity-size".into(), "1G".into()]);
@@ -338,7 +425,11 @@ fn scenario(tiered: bool, cycles: &[Cycle]) {
     let mut args = vec!["check".to_string()];
     args.extend(pool.args());
     let o = run_masse(&args);
-    assert_eq!(o.status.code(), Some(0), "masse check failed after the crashes");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "masse check failed after the crashes"
+    );
 }
 
 #[test]
@@ -346,14 +437,41 @@ fn sigkill_tiered_three_cycles() {
     scenario(
         true,
         &[
-            Cycle { start: 0, count: 100_000, sizes: "100..4000", batch: 1, close: true },
-            Cycle { start: 1_000_000, count: 100_000, sizes: "1000..4000", batch: 8, close: false },
-            Cycle { start: 2_000_000, count: 100_000, sizes: "100..400", batch: 1, close: true },
+            Cycle {
+                start: 0,
+                count: 100_000,
+                sizes: "100..4000",
+                batch: 1,
+                close: true,
+            },
+            Cycle {
+                start: 1_000_000,
+                count: 100_000,
+                sizes: "1000..4000",
+                batch: 8,
+                close: false,
+            },
+            Cycle {
+                start: 2_000_000,
+                count: 100_000,
+                sizes: "100..400",
+                batch: 1,
+                close: true,
+            },
         ],
     );
 }
 
 #[test]
 fn sigkill_capacity_only() {
-    scenario(false, &[Cycle { start: 0, count: 100_000, sizes: "100..4000", batch: 3, close: true }]);
+    scenario(
+        false,
+        &[Cycle {
+            start: 0,
+            count: 100_000,
+            sizes: "100..4000",
+            batch: 3,
+            close: true,
+        }],
+    );
 }

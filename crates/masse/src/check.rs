@@ -69,7 +69,9 @@ pub(crate) fn check(db: &Db) -> Result<CheckReport> {
             dev.read_at(&mut b, off + hdr + i * seg as u64)
                 .map_err(|e| Error::io(&dev.info().path, "check reading a segment", e))?;
             let Some(sh) = SegmentHeader::decode(&b) else {
-                rep.errors.push(format!("band {band} slot {i}: segment header missing or damaged"));
+                rep.errors.push(format!(
+                    "band {band} slot {i}: segment header missing or damaged"
+                ));
                 i += 1;
                 continue;
             };
@@ -91,7 +93,9 @@ pub(crate) fn check(db: &Db) -> Result<CheckReport> {
                         Vec::new()
                     }
                 },
-                None => crate::recovery::parse_partial(&data, &sh).map(|r| r.0).unwrap_or_default(),
+                None => crate::recovery::parse_partial(&data, &sh)
+                    .map(|r| r.0)
+                    .unwrap_or_default(),
             };
             for e in entries {
                 let o = e.offset as usize;
@@ -99,10 +103,14 @@ pub(crate) fn check(db: &Db) -> Result<CheckReport> {
                     Some(Ok((h, key, _))) => {
                         rep.records += 1;
                         if digest(key) != e.digest || h.seq != e.seq {
-                            rep.errors.push(format!("band {band} slot {i} offset {o}: summary disagrees with record"));
+                            rep.errors.push(format!(
+                                "band {band} slot {i} offset {o}: summary disagrees with record"
+                            ));
                         }
                     }
-                    _ => rep.errors.push(format!("band {band} slot {i} offset {o}: record checksum mismatch")),
+                    _ => rep.errors.push(format!(
+                        "band {band} slot {i} offset {o}: record checksum mismatch"
+                    )),
                 }
             }
             i += k;
@@ -115,13 +123,20 @@ pub(crate) fn check(db: &Db) -> Result<CheckReport> {
     for raw in locs {
         let loc = Loc(raw);
         live[l.band_of_slot(loc.slot()) as usize] += loc.len8() as u64;
-        match inner.read_record(loc).and_then(|b| decode_record(&b).map(|(h, k, _)| (h, digest(k)))) {
+        match inner
+            .read_record(loc)
+            .and_then(|b| decode_record(&b).map(|(h, k, _)| (h, digest(k))))
+        {
             Ok((h, d)) => {
                 if inner.index.get(d) != Some(raw) {
-                    rep.errors.push(format!("index entry {raw:#x} points at a record of another key"));
+                    rep.errors.push(format!(
+                        "index entry {raw:#x} points at a record of another key"
+                    ));
                 }
                 if (h.flags & REC_TOMBSTONE != 0) != loc.is_tombstone() {
-                    rep.errors.push(format!("index entry {raw:#x}: tombstone flag disagrees with record"));
+                    rep.errors.push(format!(
+                        "index entry {raw:#x}: tombstone flag disagrees with record"
+                    ));
                 }
                 if loc.is_tombstone() {
                     rep.tombstones += 1;
@@ -136,7 +151,9 @@ pub(crate) fn check(db: &Db) -> Result<CheckReport> {
     for (b, want) in live.iter().enumerate() {
         let have = inner.band_live[b].load(Relaxed);
         if have != *want {
-            rep.errors.push(format!("band {b}: accounted live bytes {have} but index says {want}"));
+            rep.errors.push(format!(
+                "band {b}: accounted live bytes {have} but index says {want}"
+            ));
         }
     }
     Ok(rep)

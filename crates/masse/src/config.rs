@@ -23,7 +23,9 @@ pub enum DeviceSpec {
 impl std::fmt::Debug for DeviceSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            DeviceSpec::Path { path, create_size } => write!(f, "{}{:?}", path.display(), create_size),
+            DeviceSpec::Path { path, create_size } => {
+                write!(f, "{}{:?}", path.display(), create_size)
+            }
             DeviceSpec::Device(d) => write!(f, "{}", d.info().path),
         }
     }
@@ -32,12 +34,18 @@ impl std::fmt::Debug for DeviceSpec {
 impl DeviceSpec {
     /// A path to an existing file or block device.
     pub fn path(p: impl Into<PathBuf>) -> DeviceSpec {
-        DeviceSpec::Path { path: p.into(), create_size: None }
+        DeviceSpec::Path {
+            path: p.into(),
+            create_size: None,
+        }
     }
 
     /// A file path, created with `size` bytes if it does not exist.
     pub fn file(p: impl Into<PathBuf>, size: u64) -> DeviceSpec {
-        DeviceSpec::Path { path: p.into(), create_size: Some(size) }
+        DeviceSpec::Path {
+            path: p.into(),
+            create_size: Some(size),
+        }
     }
 
     pub(crate) fn open(&self, io: &IoChoice) -> Result<Arc<dyn Device>> {
@@ -95,17 +103,29 @@ pub struct PoolConfig {
 impl PoolConfig {
     /// A tiered pool: `fast` as write pad, `capacity` as the log.
     pub fn tiered(fast: DeviceSpec, capacity: DeviceSpec) -> PoolConfig {
-        PoolConfig { fast: Some(fast), capacity: vec![capacity], ..Default::default() }
+        PoolConfig {
+            fast: Some(fast),
+            capacity: vec![capacity],
+            ..Default::default()
+        }
     }
 
     /// A pool with a capacity device only.
     pub fn capacity_only(capacity: DeviceSpec) -> PoolConfig {
-        PoolConfig { capacity: vec![capacity], mode: Some(Mode::CapacityOnly), ..Default::default() }
+        PoolConfig {
+            capacity: vec![capacity],
+            mode: Some(Mode::CapacityOnly),
+            ..Default::default()
+        }
     }
 
     /// A pool on one SCM device.
     pub fn scm_only(dev: DeviceSpec) -> PoolConfig {
-        PoolConfig { capacity: vec![dev], mode: Some(Mode::ScmOnly), ..Default::default() }
+        PoolConfig {
+            capacity: vec![dev],
+            mode: Some(Mode::ScmOnly),
+            ..Default::default()
+        }
     }
 }
 

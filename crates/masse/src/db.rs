@@ -130,6 +130,7 @@ pub(crate) enum Kind {
     Replay,
 }
 
+#[derive(Clone)]
 pub(crate) struct PRec {
     pub digest: Digest,
     /// Encoded record (seq and seg tag are stamped by the leader, except for moves).
@@ -154,7 +155,12 @@ pub(crate) struct Req {
 
 impl Req {
     pub fn new(recs: Vec<PRec>, class: Class) -> Arc<Req> {
-        Arc::new(Req { recs, class, done: Mutex::new(None), cv: Condvar::new() })
+        Arc::new(Req {
+            recs,
+            class,
+            done: Mutex::new(None),
+            cv: Condvar::new(),
+        })
     }
     fn complete(&self, o: Outcome) {
         *self.done.lock() = Some(o);
@@ -221,6 +227,7 @@ impl PadState {
 
 #[derive(Default, Clone)]
 pub(crate) struct RecoveryInfo {
+    pub warnings: Vec<String>,
     pub source: String,
     pub us: u64,
     pub segments: u64,
@@ -239,6 +246,9 @@ pub(crate) struct Inner {
     pub band_live: Box<[AtomicU64]>,
     /// Live records per band (their summary entries cost space too).
     pub band_live_n: Box<[AtomicU32]>,
+    /// Padding and records placed in each band since it was opened: its packing efficiency.
+    pub band_pad: Box<[AtomicU64]>,
+    pub band_nrec: Box<[AtomicU32]>,
     pub band_min_seq: Box<[AtomicU64]>,
     pub bands: Mutex<BandTable>,
     pub space_cv: Condvar,
@@ -253,7 +263,6 @@ pub(crate) struct Inner {
     pub c: Counters,
     pub h: Histos,
     pub gc_lock: Mutex<()>,
-    pub gc_no_victim: AtomicBool,
     pub maint: (Mutex<bool>, Condvar),
     pub failed: Mutex<Option<String>>,
     pub ckpt_lock: Mutex<u64>,
@@ -287,14 +296,22 @@ impl WriteBatch {
     /// Add a put.
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         check_kv(key, value)?;
-        self.recs.push(PRec { digest: digest(key), bytes: encode_new(key, value, 0), kind: Kind::Put });
+        self.recs.push(PRec {
+            digest: digest(key),
+            bytes: encode_new(key, value, 0),
+            kind: Kind::Put,
+        });
         self.bytes += (key.len() + value.len()) as u64;
         Ok(())
     }
     /// Add a delete.
     pub fn delete(&mut self, key: &[u8]) -> Result<()> {
         check_kv(key, b"")?;
-        self.recs.push(PRec { digest: digest(key), bytes: encode_new(key, b"", REC_TOMBSTONE), kind: Kind::Delete });
+        self.recs.push(PRec {
+            digest: digest(key),
+            bytes: encode_new(key, b"", REC_TOMBSTONE),
+            kind: Kind::Delete,
+        });
         self.deletes += 1;
         Ok(())
     }
@@ -310,10 +327,16 @@ impl WriteBatch {
 
 fn check_kv(key: &[u8], value: &[u8]) -> Result<()> {
     if key.is_empty() || key.len() > MAX_KEY_LEN {
-        return Err(Error::InvalidKey { len: key.len(), max: MAX_KEY_LEN });
+        return Err(Error::InvalidKey {
+            len: key.len(),
+            max: MAX_KEY_LEN,
+        });
     }
     if value.len() > MAX_VALUE_LEN {
-        return Err(Error::ValueTooLarge { len: value.len(), max: MAX_VALUE_LEN });
+        return Err(Error::ValueTooLarge {
+            len: value.len(),
+            max: MAX_VALUE_LEN,
+        });
     }
     Ok(())
 }
@@ -355,7 +378,14 @@ impl Db {
         let t0 = Instant::now();
         let prev = pool::read_epoch(&pool)?;
         let epoch = prev.epoch + 1;
-        pool::write_epoch(&pool, &EpochBlock { epoch, pool_tag: pool.pool_tag(), clean: 0 })?;
+        pool::write_epoch(
+            &pool,
+            &EpochBlock {
+                epoch,
+                pool_tag: pool.pool_tag(),
+                clean: 0,
+            },
+        )?;
         let layout = Layout::new(pool.geo.clone());
         let nslots = layout.total_slots() as usize;
         let nbands = layout.bands as usize;
@@ -383,10 +413,17 @@ impl Db {
             slot_live: (0..nslots).map(|_| AtomicU32::new(0)).collect(),
             band_live: (0..nbands).map(|_| AtomicU64::new(0)).collect(),
             band_live_n: (0..nbands).map(|_| AtomicU32::new(0)).collect(),
+            band_pad: (0..nbands).map(|_| AtomicU64::new(0)).collect(),
+            band_nrec: (0..nbands).map(|_| AtomicU32::new(0)).collect(),
             band_min_seq: (0..nbands).map(|_| AtomicU64::new(u64::MAX)).collect(),
             bands: Mutex::new(BandTable {
                 bands: vec![
-                    BandInfo { state: BandState::Free, first_seq: 0, written_slots: 0, inflight: 0 };
+                    BandInfo {
+                        state: BandState::Free,
+                        first_seq: 0,
+                        written_slots: 0,
+                        inflight: 0
+                    };
                     nbands
                 ],
                 free: VecDeque::new(),
@@ -395,7 +432,10 @@ impl Db {
             bufs: RwLock::new(HashMap::new()),
             next_seg_hint: AtomicU64::new(epoch << 40),
             seq_hint: AtomicU64::new(1),
-            queue: Mutex::new(Queue { reqs: Vec::new(), leader: false }),
+            queue: Mutex::new(Queue {
+                reqs: Vec::new(),
+                leader: false,
+            }),
             ws: Mutex::new(WriteState {
                 open: None,
                 to_seal: Vec::new(),
@@ -409,7 +449,6 @@ impl Db {
             c: Counters::default(),
             h: Histos::new(),
             gc_lock: Mutex::new(()),
-            gc_no_victim: AtomicBool::new(false),
             maint: (Mutex::new(false), Condvar::new()),
             failed: Mutex::new(None),
             ckpt_lock: Mutex::new(0),
@@ -433,9 +472,16 @@ impl Db {
                     .map_err(|e| Error::Closed(format!("cannot start the writer thread: {e}")))?,
             );
         }
-        let db = Db { inner: inner.clone(), threads: Mutex::new(threads), closed: AtomicBool::new(false) };
+        let db = Db {
+            inner: inner.clone(),
+            threads: Mutex::new(threads),
+            closed: AtomicBool::new(false),
+        };
         let npad = pad_recs.iter().map(|g| g.len() as u64).sum();
-        let reqs: Vec<_> = pad_recs.into_iter().map(|g| Req::new(g, Class::Replay)).collect();
+        let reqs: Vec<_> = pad_recs
+            .into_iter()
+            .map(|g| Req::new(g, Class::Replay))
+            .collect();
         db.inner.submit_all(reqs)?;
         if let Some(p) = &inner.pad {
             p.st.lock().hold = None;
@@ -458,10 +504,17 @@ impl Db {
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         let t = Instant::now();
         check_kv(key, value)?;
-        let rec = PRec { digest: digest(key), bytes: encode_new(key, value, 0), kind: Kind::Put };
+        let rec = PRec {
+            digest: digest(key),
+            bytes: encode_new(key, value, 0),
+            kind: Kind::Put,
+        };
         self.inner.write(vec![rec], Class::User)?;
         self.inner.c.puts.fetch_add(1, Relaxed);
-        self.inner.c.user_bytes.fetch_add((key.len() + value.len()) as u64, Relaxed);
+        self.inner
+            .c
+            .user_bytes
+            .fetch_add((key.len() + value.len()) as u64, Relaxed);
         self.inner.record(Op::Put, t);
         Ok(())
     }
@@ -470,7 +523,11 @@ impl Db {
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         let t = Instant::now();
         check_kv(key, b"")?;
-        let rec = PRec { digest: digest(key), bytes: encode_new(key, b"", REC_TOMBSTONE), kind: Kind::Delete };
+        let rec = PRec {
+            digest: digest(key),
+            bytes: encode_new(key, b"", REC_TOMBSTONE),
+            kind: Kind::Delete,
+        };
         let n = self.inner.write(vec![rec], Class::Delete)?;
         self.inner.c.deletes.fetch_add(1, Relaxed);
         self.inner.record(Op::Delete, t);
@@ -483,7 +540,11 @@ impl Db {
             return Ok(());
         }
         let t = Instant::now();
-        let class = if batch.deletes as usize == batch.recs.len() { Class::Delete } else { Class::User };
+        let class = if batch.deletes as usize == batch.recs.len() {
+            Class::Delete
+        } else {
+            Class::User
+        };
         let max = self.inner.max_group_bytes();
         let total: usize = batch.recs.iter().map(|r| round_up(r.bytes.len(), 8)).sum();
         if total > max {
@@ -524,7 +585,13 @@ impl Db {
     /// so records cannot move under it; writes made meanwhile may or may not be seen.
     pub fn iter(&self) -> Iter<'_> {
         let guard = self.inner.gc_lock.lock();
-        Iter { db: self, _gc: guard, shard: 0, locs: Vec::new(), pos: 0 }
+        Iter {
+            db: self,
+            _gc: guard,
+            shard: 0,
+            locs: Vec::new(),
+            pos: 0,
+        }
     }
 
     /// Wait until every segment sealed so far is on the capacity tier.
@@ -536,7 +603,10 @@ impl Db {
 
     /// Run one GC pass now (normally GC runs by itself). Returns whether a band was freed.
     pub fn gc_once(&self) -> Result<bool> {
-        Ok(matches!(crate::gc::gc_pass(&self.inner, true)?, crate::gc::GcOutcome::Freed(_)))
+        Ok(matches!(
+            crate::gc::gc_pass(&self.inner, true)?,
+            crate::gc::GcOutcome::Freed(_)
+        ))
     }
 
     /// Write an index checkpoint now.
@@ -571,7 +641,11 @@ impl Db {
             let _ = t.join();
         }
         if clean && res.is_ok() && self.inner.check_failed().is_ok() {
-            let e = EpochBlock { epoch: self.inner.epoch, pool_tag: self.inner.tag, clean: 1 };
+            let e = EpochBlock {
+                epoch: self.inner.epoch,
+                pool_tag: self.inner.tag,
+                clean: 1,
+            };
             res = pool::write_epoch(&self.inner.pool, &e);
         }
         res
@@ -637,7 +711,9 @@ impl Iterator for Iter<'_> {
             }
             self.locs.clear();
             self.pos = 0;
-            inner.index.for_each_in_shard(self.shard, |l| self.locs.push(l));
+            inner
+                .index
+                .for_each_in_shard(self.shard, |l| self.locs.push(l));
             self.shard += 1;
         }
     }
@@ -674,7 +750,9 @@ impl Inner {
 
     pub(crate) fn send(&self, m: WMsg) -> Result<()> {
         match &*self.writer.lock() {
-            Some(tx) => tx.send(m).map_err(|_| Error::Closed("writer thread has stopped".into())),
+            Some(tx) => tx
+                .send(m)
+                .map_err(|_| Error::Closed("writer thread has stopped".into())),
             None => Err(Error::Closed("database is closing".into())),
         }
     }
@@ -703,7 +781,9 @@ impl Inner {
                 Outcome::Done(n) => {
                     if let Some(t) = stalled_since {
                         self.c.stalls.fetch_add(1, Relaxed);
-                        self.c.stall_us.fetch_add(t.elapsed().as_micros() as u64, Relaxed);
+                        self.c
+                            .stall_us
+                            .fetch_add(t.elapsed().as_micros() as u64, Relaxed);
                     }
                     return Ok(n);
                 }
@@ -712,9 +792,8 @@ impl Inner {
                     stalled_since.get_or_insert_with(Instant::now);
                     let need = req_bytes(&req);
                     crate::gc::wait_for_space(self, class, need)?;
-                    let recs = Arc::try_unwrap(req).map(|r| r.recs).map_err(|_| {
-                        Error::Closed("internal: stalled request still shared".into())
-                    })?;
+                    // The leader may still hold the request; stalls are rare, so copy.
+                    let recs = req.recs.clone();
                     req = Req::new(recs, class);
                 }
             }
@@ -739,7 +818,11 @@ impl Inner {
             match r.wait() {
                 Outcome::Done(k) => n += k,
                 Outcome::Failed(m) => return Err(Error::Closed(m)),
-                Outcome::Stalled => return Err(Error::NoSpace("no free band for a replay or GC write".into())),
+                Outcome::Stalled => {
+                    return Err(Error::NoSpace(
+                        "no free band for a replay or GC write".into(),
+                    ))
+                }
             }
         }
         Ok(n)
@@ -794,23 +877,35 @@ impl Inner {
 
     /// Bytes of room a record needs at most (padding for the 4 KiB straddle rule included).
     fn rec_need(len: usize) -> u64 {
-        (round_up(len, 8) + SUMMARY_ENTRY) as u64 + if len <= 4096 { len as u64 } else { 0 }
+        (round_up(len, 8) + SUMMARY_ENTRY + MAX_STRADDLE_PAD.min(len)) as u64
     }
 
     /// Space the open band and the free bands beyond `class`'s reserve offer.
-    fn avail(&self, ws: &WriteState, class: Class) -> u64 {
+    pub(crate) fn avail(&self, ws: &WriteState, class: Class) -> u64 {
         let in_band = match ws.cur_band {
             Some(_) => (self.layout.slots_per_band - ws.next_sib) * self.layout.seg,
             None => 0,
         };
-        let open = ws.open.as_ref().map(|o| (o.size() - o.used) as u64).unwrap_or(0);
-        let free = self.bands.lock().free_count().saturating_sub(class.reserve_bands()) as u64;
+        let open = ws
+            .open
+            .as_ref()
+            .map(|o| (o.size() - o.used) as u64)
+            .unwrap_or(0);
+        let free = self
+            .bands
+            .lock()
+            .free_count()
+            .saturating_sub(class.reserve_bands()) as u64;
         in_band + open + free * self.layout.band_payload()
     }
 
     pub(crate) fn space_ok(&self, ws: &WriteState, class: Class, need: u64) -> bool {
         // User writes keep two segments of slack for seal waste; GC may use everything.
-        let slack = if class.reserve_bands() > 0 { 2 * self.layout.seg } else { 0 };
+        let slack = if class.reserve_bands() > 0 {
+            2 * self.layout.seg
+        } else {
+            0
+        };
         self.avail(ws, class) >= need + slack
     }
 
@@ -838,7 +933,10 @@ impl Inner {
                     }
                     Kind::Delete => {
                         let live = put_in_group.get(&p.digest).copied().unwrap_or_else(|| {
-                            self.index.get(p.digest).map(|l| !Loc(l).is_tombstone()).unwrap_or(false)
+                            self.index
+                                .get(p.digest)
+                                .map(|l| !Loc(l).is_tombstone())
+                                .unwrap_or(false)
                         });
                         if live {
                             put_in_group.insert(p.digest, false);
@@ -862,18 +960,26 @@ impl Inner {
             return Ok(());
         }
 
-        // Reserve pad room before placing anything, so a forced seal never takes this group's records.
+        // Reserve pad room before placing anything, so a forced seal never takes this
+        // group's records. Records replayed from the pad at open are still on it in
+        // their original batches: they are placed, not written again.
+        let replay_only = take.iter().all(|(r, _)| r.class == Class::Replay);
         let pad_virt = match &self.pad {
-            Some(p) => Some(self.pad_reserve(p, ws, BATCH_HEADER + group_bytes)?),
-            None => None,
+            Some(p) if !replay_only => Some(self.pad_reserve(p, ws, BATCH_HEADER + group_bytes)?),
+            _ => None,
         };
 
         // Place every record; stamp seq and seg tag; remember where it goes.
         let mut placed: Vec<Vec<Placed>> = Vec::with_capacity(take.len());
         let mut new_segs: Vec<u64> = Vec::new();
-        let open_was_empty = ws.open.as_ref().map(|o| o.entries.is_empty()).unwrap_or(true);
+        let open_was_empty = ws
+            .open
+            .as_ref()
+            .map(|o| o.entries.is_empty())
+            .unwrap_or(true);
         let open_seq_before = ws.open.as_ref().map(|o| o.buf.seq);
-        let mut payload: Vec<u8> = Vec::with_capacity(if self.pad.is_some() { group_bytes } else { 0 });
+        let mut payload: Vec<u8> =
+            Vec::with_capacity(if pad_virt.is_some() { group_bytes } else { 0 });
         // Records are stamped in place, so take them mutably through a copy of the bytes.
         let mut stamped: Vec<Vec<Vec<u8>>> = Vec::with_capacity(take.len());
         for (r, idx) in &take {
@@ -883,7 +989,8 @@ impl Inner {
                 let p = &r.recs[i];
                 let mut bytes = p.bytes.clone();
                 let more = j + 1 < idx.len();
-                let h = peek_record(&bytes).ok_or_else(|| Error::Corruption("internal: bad record".into()))?;
+                let h = peek_record(&bytes)
+                    .ok_or_else(|| Error::Corruption("internal: bad record".into()))?;
                 let tomb = h.flags & REC_TOMBSTONE != 0;
                 let seq = match p.kind {
                     Kind::Relocate(_) => h.seq,
@@ -904,7 +1011,9 @@ impl Inner {
                         .iter_mut()
                         .rev()
                         .find(|o| Arc::ptr_eq(&o.buf, &buf))
-                        .ok_or_else(|| Error::Corruption("internal: placed segment vanished".into()))?,
+                        .ok_or_else(|| {
+                            Error::Corruption("internal: placed segment vanished".into())
+                        })?,
                 };
                 o.entries.push(SummaryEntry {
                     digest: p.digest,
@@ -918,7 +1027,7 @@ impl Inner {
                 o.max_seq = o.max_seq.max(seq);
                 self.band_min_seq[buf.band as usize].fetch_min(seq, Relaxed);
                 let loc = Loc::new(buf.slot, off as u32, bytes.len() as u32, tomb);
-                if self.pad.is_some() {
+                if pad_virt.is_some() {
                     payload.extend_from_slice(&bytes);
                     payload.resize(round_up(payload.len(), 8), 0);
                 }
@@ -930,9 +1039,10 @@ impl Inner {
         }
 
         // Persist: the pad (tiered), or the segment tail itself (capacity-only).
-        if let (Some(p), Some(v)) = (&self.pad, pad_virt) {
+        if let Some(p) = &self.pad {
             {
                 let mut s = p.st.lock();
+                let v = pad_virt.or(s.hold).unwrap_or(s.tail);
                 if let Some(seq) = open_seq_before.filter(|_| open_was_empty) {
                     new_segs.insert(0, seq);
                 }
@@ -943,7 +1053,9 @@ impl Inner {
                 }
                 s.pending = None;
             }
-            self.pad_write(p, v, &payload)?;
+            if let Some(v) = pad_virt {
+                self.pad_write(p, v, &payload)?;
+            }
             self.copy_into_segments(&placed, &stamped);
         } else {
             self.copy_into_segments(&placed, &stamped);
@@ -964,7 +1076,9 @@ impl Inner {
                             self.sub_live(old);
                         }
                         self.c.gc_records_moved.fetch_add(1, Relaxed);
-                        self.c.gc_bytes_moved.fetch_add(p.loc.len8() as u64, Relaxed);
+                        self.c
+                            .gc_bytes_moved
+                            .fetch_add(p.loc.len8() as u64, Relaxed);
                     }
                     _ => {
                         let old = self.index.insert(rec.digest, p.loc.0);
@@ -1006,12 +1120,25 @@ impl Inner {
         self.band_live_n[b].fetch_sub(1, Relaxed);
     }
 
-    /// Bytes a band's live records would occupy if rewritten (records, their
-    /// summary entries, and the 4 KiB straddle padding on average).
+    /// Bytes a band's live records would occupy if rewritten: records, their
+    /// summary entries, the padding this band's writes actually needed per record,
+    /// and segment headers/footers.
     pub(crate) fn band_cost(&self, band: usize) -> u64 {
         let live = self.band_live[band].load(Relaxed);
         let n = self.band_live_n[band].load(Relaxed) as u64;
-        live + n * SUMMARY_ENTRY as u64 + live / 32
+        if n == 0 {
+            return 0;
+        }
+        let placed = self.band_nrec[band].load(Relaxed) as u64;
+        let pad_per_rec = if placed > 0 {
+            self.band_pad[band].load(Relaxed) / placed
+        } else {
+            // Unknown after a restart: assume half the worst case.
+            (live / n).min(MAX_STRADDLE_PAD as u64) / 2
+        };
+        let seg_overhead =
+            self.layout.band_payload() * (SEG_HEADER + SEG_FOOTER) as u64 / self.layout.seg;
+        live + n * (SUMMARY_ENTRY as u64 + pad_per_rec) + seg_overhead + live / 64
     }
 
     fn copy_into_segments(&self, placed: &[Vec<Placed>], stamped: &[Vec<Vec<u8>>]) {
@@ -1029,14 +1156,21 @@ impl Inner {
         for mut o in ws.to_seal.drain(..) {
             self.seal_tail(&mut o);
             let from = round_down64(o.flushed as u64, 4096) as usize;
-            self.send(WMsg::Segment { buf: o.buf.clone(), from })?;
+            self.send(WMsg::Segment {
+                buf: o.buf.clone(),
+                from,
+            })?;
         }
         if durable_tail {
             if let Some(o) = ws.open.as_mut() {
                 if o.used > o.flushed {
                     let from = round_down64(o.flushed as u64, 4096) as usize;
                     let to = round_up(o.used, 4096);
-                    self.send(WMsg::Flush { buf: o.buf.clone(), from, to })?;
+                    self.send(WMsg::Flush {
+                        buf: o.buf.clone(),
+                        from,
+                        to,
+                    })?;
                     o.flushed = o.used;
                     self.c.partial_flushes.fetch_add(1, Relaxed);
                 }
@@ -1062,7 +1196,12 @@ impl Inner {
     }
 
     /// Find room for a record of `len` bytes; returns the segment and offset.
-    fn place(&self, ws: &mut WriteState, len: usize, new_segs: &mut Vec<u64>) -> Result<(Arc<SegBuf>, usize)> {
+    fn place(
+        &self,
+        ws: &mut WriteState,
+        len: usize,
+        new_segs: &mut Vec<u64>,
+    ) -> Result<(Arc<SegBuf>, usize)> {
         let seg = self.layout.seg as usize;
         let len8 = round_up(len, 8);
         let normal_max = seg - SEG_HEADER - SEG_FOOTER - SUMMARY_ENTRY;
@@ -1073,13 +1212,24 @@ impl Inner {
                     new_segs.push(o.buf.seq);
                     ws.open = Some(o);
                 }
-                let o = ws.open.as_mut().ok_or_else(|| Error::Corruption("internal: no open segment".into()))?;
+                let o = ws
+                    .open
+                    .as_mut()
+                    .ok_or_else(|| Error::Corruption("internal: no open segment".into()))?;
                 let mut off = round_up(o.used, 8);
-                if len <= 4096 && off / 4096 != (off + len - 1) / 4096 {
+                // A small record that would straddle a 4 KiB boundary moves to the next
+                // block when that wastes little, so most gets need one 4 KiB read.
+                if len <= 4096
+                    && off / 4096 != (off + len - 1) / 4096
+                    && round_up(off, 4096) - off <= MAX_STRADDLE_PAD
+                {
                     off = round_up(off, 4096);
                 }
                 let end = off + len8 + (o.entries.len() + 1) * SUMMARY_ENTRY + SEG_FOOTER;
                 if end <= seg {
+                    let band = o.buf.band as usize;
+                    self.band_pad[band].fetch_add((off - round_up(o.used, 8)) as u64, Relaxed);
+                    self.band_nrec[band].fetch_add(1, Relaxed);
                     o.used = off + len8;
                     return Ok((o.buf.clone(), off));
                 }
@@ -1117,10 +1267,9 @@ impl Inner {
                     bt.bands[b as usize].state = BandState::Sealed;
                 }
             }
-            let b = bt
-                .free
-                .pop_front()
-                .ok_or_else(|| Error::NoSpace("no free band (internal reserve exhausted)".into()))?;
+            let b = bt.free.pop_front().ok_or_else(|| {
+                Error::NoSpace("no free band (internal reserve exhausted)".into())
+            })?;
             let info = &mut bt.bands[b as usize];
             info.state = BandState::Open;
             info.first_seq = ws.next_seg;
@@ -1128,24 +1277,56 @@ impl Inner {
             info.inflight = 0;
             drop(bt);
             self.band_min_seq[b as usize].store(u64::MAX, Relaxed);
+            self.band_pad[b as usize].store(0, Relaxed);
+            self.band_nrec[b as usize].store(0, Relaxed);
             ws.cur_band = Some(b);
             ws.next_sib = 0;
-            let hdr = BandHeader { state: BAND_IN_USE, pool_tag: self.tag, band: b, first_seq: ws.next_seg };
-            self.send(WMsg::BandHeader { band: b, hdr, free: None })?;
+            let hdr = BandHeader {
+                state: BAND_IN_USE,
+                pool_tag: self.tag,
+                band: b,
+                first_seq: ws.next_seg,
+            };
+            self.send(WMsg::BandHeader {
+                band: b,
+                hdr,
+                free: None,
+            })?;
         }
-        let band = ws.cur_band.ok_or_else(|| Error::Corruption("internal: no open band".into()))?;
+        let band = ws
+            .cur_band
+            .ok_or_else(|| Error::Corruption("internal: no open band".into()))?;
         let slot = self.layout.first_slot(band) + ws.next_sib;
         ws.next_sib += k;
         let seq = ws.next_seg;
         ws.next_seg += 1;
         let mut data = AlignedBuf::new(k as usize * self.layout.seg as usize);
-        SegmentHeader { segment_seq: seq, pool_tag: self.tag, nslots: k as u32 }.encode_into(&mut data);
+        SegmentHeader {
+            segment_seq: seq,
+            pool_tag: self.tag,
+            nslots: k as u32,
+        }
+        .encode_into(&mut data);
         let size = data.len();
-        let buf = Arc::new(SegBuf { size, slot, nslots: k as u32, seq, band, data: RwLock::new(data) });
+        let buf = Arc::new(SegBuf {
+            size,
+            slot,
+            nslots: k as u32,
+            seq,
+            band,
+            data: RwLock::new(data),
+        });
         self.bands.lock().bands[band as usize].inflight += 1;
         self.bufs.write().insert(slot, buf.clone());
         self.next_seg_hint.store(ws.next_seg, SeqCst);
-        Ok(OpenSeg { buf, used: SEG_HEADER, entries: Vec::new(), min_seq: u64::MAX, max_seq: 0, flushed: 0 })
+        Ok(OpenSeg {
+            buf,
+            used: SEG_HEADER,
+            entries: Vec::new(),
+            min_seq: u64::MAX,
+            max_seq: 0,
+            flushed: 0,
+        })
     }
 
     /// Reserve `len` bytes (rounded to 4 KiB) on the pad ring; waits while the pad is full.
@@ -1155,7 +1336,11 @@ impl Inner {
         loop {
             self.check_failed()?;
             let phys = s.head % p.size;
-            let wrap = if phys + need > p.size { p.size - phys } else { 0 };
+            let wrap = if phys + need > p.size {
+                p.size - phys
+            } else {
+                0
+            };
             if s.head + wrap + need - s.tail <= p.size {
                 if wrap > 0 {
                     // Mark the unused end of the ring so replay knows to continue at its start.
@@ -1167,7 +1352,14 @@ impl Inner {
                     let mut blk = AlignedBuf::new(4096);
                     encode_batch(
                         &mut blk,
-                        &BatchHeader { batch_seq: bs, virt: v, payload_len: 0, nrec: 0, flags: BATCH_WRAP, pool_tag: self.tag },
+                        &BatchHeader {
+                            batch_seq: bs,
+                            virt: v,
+                            payload_len: 0,
+                            nrec: 0,
+                            flags: BATCH_WRAP,
+                            pool_tag: self.tag,
+                        },
                     );
                     p.dev
                         .write_at(&blk, p.base + v % p.size)
@@ -1180,7 +1372,11 @@ impl Inner {
             }
             // Full. If nothing is on its way to the capacity tier, the open segment is
             // what holds the pad: seal it early rather than wait forever.
-            let open_seq = ws.open.as_ref().filter(|o| !o.entries.is_empty()).map(|o| o.buf.seq);
+            let open_seq = ws
+                .open
+                .as_ref()
+                .filter(|o| !o.entries.is_empty())
+                .map(|o| o.buf.seq);
             let only_open = s.marks.iter().all(|m| Some(m.0) == open_seq);
             if only_open && open_seq.is_some() {
                 if let Some(o) = ws.open.take() {
@@ -1211,11 +1407,22 @@ impl Inner {
         let nrec = 0;
         encode_batch(
             &mut buf,
-            &BatchHeader { batch_seq: bs, virt: v, payload_len: payload.len() as u32, nrec, flags: 0, pool_tag: self.tag },
+            &BatchHeader {
+                batch_seq: bs,
+                virt: v,
+                payload_len: payload.len() as u32,
+                nrec,
+                flags: 0,
+                pool_tag: self.tag,
+            },
         );
         let name = &p.dev.info().path;
-        p.dev.write_at(&buf, p.base + v % p.size).map_err(|e| Error::io(name, "writing the pad", e))?;
-        p.dev.sync().map_err(|e| Error::io(name, "syncing the pad", e))?;
+        p.dev
+            .write_at(&buf, p.base + v % p.size)
+            .map_err(|e| Error::io(name, "writing the pad", e))?;
+        p.dev
+            .sync()
+            .map_err(|e| Error::io(name, "syncing the pad", e))?;
         self.c.pad_bytes.fetch_add(total as u64, Relaxed);
         Ok(())
     }
@@ -1227,7 +1434,9 @@ impl Inner {
         let d = digest(key);
         let mut last = None;
         for _ in 0..16 {
-            let Some(l) = self.index.get(d) else { return Ok(None) };
+            let Some(l) = self.index.get(d) else {
+                return Ok(None);
+            };
             let loc = Loc(l);
             if loc.is_tombstone() {
                 return Ok(None);
@@ -1257,7 +1466,9 @@ impl Inner {
                 }
             }
         }
-        Err(Error::Corruption(format!("record kept moving during read (last location {last:?})")))
+        Err(Error::Corruption(format!(
+            "record kept moving during read (last location {last:?})"
+        )))
     }
 
     /// The bytes of the record at `loc` (from a DRAM buffer or one device read).
@@ -1279,7 +1490,8 @@ impl Inner {
         let end = crate::device::round_up64(abs + len as u64, 4096);
         let mut a = AlignedBuf::new((end - start) as usize);
         let d = &self.pool.caps[dev];
-        d.read_at(&mut a, start).map_err(|e| Error::io(&d.info().path, "reading a record", e))?;
+        d.read_at(&mut a, start)
+            .map_err(|e| Error::io(&d.info().path, "reading a record", e))?;
         self.c.reads_from_device.fetch_add(1, Relaxed);
         let s = (abs - start) as usize;
         Ok(a[s..s + len].to_vec())
@@ -1319,7 +1531,11 @@ impl Inner {
         for d in &self.pool.caps {
             add(d, "capacity");
         }
-        let cap_written: u64 = devices.iter().filter(|d| d.role == "capacity").map(|d| d.io.bytes_written).sum();
+        let cap_written: u64 = devices
+            .iter()
+            .filter(|d| d.role == "capacity")
+            .map(|d| d.io.bytes_written)
+            .sum();
         let rec = self.recovery.lock().clone();
         let entries = self.index.len() as u64;
         let ibytes = self.index.memory_bytes() as u64;
@@ -1342,7 +1558,11 @@ impl Inner {
             segment_bytes_written: seg_bytes,
             partial_flushes: ld(&c.partial_flushes),
             forced_seals: ld(&c.forced_seals),
-            host_write_amplification: if user > 0 { cap_written as f64 / user as f64 } else { 0.0 },
+            host_write_amplification: if user > 0 {
+                cap_written as f64 / user as f64
+            } else {
+                0.0
+            },
             gc_runs: ld(&c.gc_runs),
             gc_bands_freed: ld(&c.gc_bands_freed),
             gc_bytes_read: ld(&c.gc_bytes_read),
@@ -1360,7 +1580,11 @@ impl Inner {
             pad_size: self.pool.geo.pad_size,
             index_entries: entries,
             index_bytes: ibytes,
-            index_bytes_per_key: if entries > 0 { ibytes as f64 / entries as f64 } else { 0.0 },
+            index_bytes_per_key: if entries > 0 {
+                ibytes as f64 / entries as f64
+            } else {
+                0.0
+            },
             checkpoints: ld(&c.checkpoints),
             checkpoint_bytes: ld(&c.checkpoint_bytes),
             checkpoints_skipped: ld(&c.checkpoint_skipped),
@@ -1369,12 +1593,16 @@ impl Inner {
             recovery_us: rec.us,
             recovery_segments_replayed: rec.segments,
             recovery_pad_records: rec.pad_records,
+            recovery_warnings: rec.warnings,
             corruptions: ld(&c.corruptions),
             devices,
             latency: self.h.summary(),
         }
     }
 }
+
+/// Most padding a small record may leave behind to avoid straddling a 4 KiB block.
+const MAX_STRADDLE_PAD: usize = 512;
 
 /// Where one record of a group went.
 struct Placed {

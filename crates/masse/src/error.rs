@@ -85,6 +85,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub(crate) fn io(device: &str, during: &'static str, source: io::Error) -> Error {
-        Error::Io { device: device.to_string(), during, source }
+        Error::Io {
+            device: device.to_string(),
+            during,
+            source,
+        }
     }
 }

@@ -90,9 +90,6 @@ impl<'a> Get<'a> {
     pub(crate) fn u8(&mut self) -> Result<u8> {
         Ok(self.arr::<1>()?[0])
     }
-    pub(crate) fn u16(&mut self) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.arr()?))
-    }
     pub(crate) fn u32(&mut self) -> Result<u32> {
         Ok(u32::from_le_bytes(self.arr()?))
     }
@@ -291,7 +288,8 @@ impl Superblock {
             2 => Role::Capacity,
             r => return Err(Error::Corruption(format!("unknown role {r}"))),
         };
-        let mode = Mode::from_code(g.u8()?).ok_or_else(|| Error::Corruption("unknown mode".into()))?;
+        let mode =
+            Mode::from_code(g.u8()?).ok_or_else(|| Error::Corruption("unknown mode".into()))?;
         let media = g.u8()?;
         let has_fast = g.u8()? != 0;
         let device_index = g.u32()?;
@@ -308,7 +306,9 @@ impl Superblock {
         let data_start = g.u64()?;
         let ndev = g.u32()?;
         if ndev == 0 || ndev > 64 {
-            return Err(Error::Corruption(format!("bad capacity device count {ndev}")));
+            return Err(Error::Corruption(format!(
+                "bad capacity device count {ndev}"
+            )));
         }
         let mut bands_per_device = Vec::with_capacity(ndev as usize);
         for _ in 0..ndev {
@@ -379,7 +379,11 @@ impl EpochBlock {
         if b.len() < 64 || &b[..8] != EPOCH_MAGIC || crc32c::crc32c(&b[12..64]) != le32(b, 8) {
             return None;
         }
-        Some(EpochBlock { clean: le32(b, 12), epoch: le64(b, 16), pool_tag: le64(b, 24) })
+        Some(EpochBlock {
+            clean: le32(b, 12),
+            epoch: le64(b, 16),
+            pool_tag: le64(b, 24),
+        })
     }
 }
 
@@ -602,20 +606,32 @@ pub fn decode_summary(seg: &[u8], f: &SegmentFooter) -> Result<Vec<SummaryEntry>
     let crc = crc32c::crc32c(&seg[sum_start..foot]);
     let crc = crc32c::crc32c_append(crc, &seg[foot + 8..]);
     if crc != le32(seg, foot + 4) {
-        return Err(Error::Corruption("segment summary checksum mismatch".into()));
+        return Err(Error::Corruption(
+            "segment summary checksum mismatch".into(),
+        ));
     }
     let mut out = Vec::with_capacity(f.nrec as usize);
     for i in 0..f.nrec as usize {
-        let mut g = Get::new(&seg[sum_start + i * SUMMARY_ENTRY..sum_start + (i + 1) * SUMMARY_ENTRY]);
+        let mut g =
+            Get::new(&seg[sum_start + i * SUMMARY_ENTRY..sum_start + (i + 1) * SUMMARY_ENTRY]);
         let digest = g.u128()?;
         let seq = g.u64()?;
         let offset = g.u32()?;
         let lf = g.u32()?;
         let len = lf & !(3 << 30);
         if offset as u64 + len as u64 > f.data_len as u64 {
-            return Err(Error::Corruption("summary entry outside segment data".into()));
+            return Err(Error::Corruption(
+                "summary entry outside segment data".into(),
+            ));
         }
-        out.push(SummaryEntry { digest, seq, offset, len, tombstone: lf & (1 << 31) != 0, more: lf & (1 << 30) != 0 });
+        out.push(SummaryEntry {
+            digest,
+            seq,
+            offset,
+            len,
+            tombstone: lf & (1 << 31) != 0,
+            more: lf & (1 << 30) != 0,
+        });
     }
     Ok(out)
 }
@@ -654,10 +670,17 @@ impl SegmentHeader {
 
     /// Decode; `None` if blank or damaged.
     pub fn decode(b: &[u8]) -> Option<SegmentHeader> {
-        if b.len() < SEG_HEADER || le32(b, 0) != SEGH_MAGIC || crc32c::crc32c(&b[8..SEG_HEADER]) != le32(b, 4) {
+        if b.len() < SEG_HEADER
+            || le32(b, 0) != SEGH_MAGIC
+            || crc32c::crc32c(&b[8..SEG_HEADER]) != le32(b, 4)
+        {
             return None;
         }
-        Some(SegmentHeader { segment_seq: le64(b, 8), pool_tag: le64(b, 16), nslots: le32(b, 24) })
+        Some(SegmentHeader {
+            segment_seq: le64(b, 8),
+            pool_tag: le64(b, 16),
+            nslots: le32(b, 24),
+        })
     }
 }
 
@@ -706,7 +729,12 @@ impl BandHeader {
         if b.len() < 64 || &b[..8] != BAND_MAGIC || crc32c::crc32c(&b[12..64]) != le32(b, 8) {
             return None;
         }
-        Some(BandHeader { state: le32(b, 12), pool_tag: le64(b, 16), band: le32(b, 24), first_seq: le64(b, 32) })
+        Some(BandHeader {
+            state: le32(b, 12),
+            pool_tag: le64(b, 16),
+            band: le32(b, 24),
+            first_seq: le64(b, 32),
+        })
     }
 }
 
@@ -757,7 +785,12 @@ impl PadHeader {
         if b.len() < 64 || &b[..8] != PADH_MAGIC || crc32c::crc32c(&b[12..64]) != le32(b, 8) {
             return None;
         }
-        Some(PadHeader { hdr_seq: le64(b, 16), pool_tag: le64(b, 24), tail: le64(b, 32), tail_batch_seq: le64(b, 40) })
+        Some(PadHeader {
+            hdr_seq: le64(b, 16),
+            pool_tag: le64(b, 24),
+            tail: le64(b, 32),
+            tail_batch_seq: le64(b, 40),
+        })
     }
 }
 
@@ -928,7 +961,12 @@ impl BandRecord {
         let min_seq = g.u64()?;
         let written_slots = g.u32()?;
         let in_use = g.u32()? != 0;
-        Ok(BandRecord { in_use, first_seq, written_slots, min_seq })
+        Ok(BandRecord {
+            in_use,
+            first_seq,
+            written_slots,
+            min_seq,
+        })
     }
 }
 
@@ -985,7 +1023,10 @@ mod tests {
         assert_eq!(l.len8(), (1 << 21) - 8);
         assert!(l.is_tombstone());
         let l = Loc::new(7, 4096, 123, false);
-        assert_eq!((l.slot(), l.offset(), l.len8(), l.is_tombstone()), (7, 4096, 128, false));
+        assert_eq!(
+            (l.slot(), l.offset(), l.len8(), l.is_tombstone()),
+            (7, 4096, 128, false)
+        );
     }
 
     #[test]
@@ -993,7 +1034,10 @@ mod tests {
         let mut b = vec![0u8; record_len(3, 5)];
         encode_record(&mut b, 9, 42, 0, b"key", b"value");
         let (h, k, v) = decode_record(&b).expect("valid");
-        assert_eq!((h.seq, h.seg_tag, k, v), (42, 9, &b"key"[..], &b"value"[..]));
+        assert_eq!(
+            (h.seq, h.seg_tag, k, v),
+            (42, 9, &b"key"[..], &b"value"[..])
+        );
         b[30] ^= 1;
         assert!(decode_record(&b).is_err());
     }
@@ -1001,8 +1045,23 @@ mod tests {
     #[test]
     fn segment_tail_roundtrip() {
         let mut seg = vec![0u8; 8192];
-        let e = vec![SummaryEntry { digest: 5, seq: 6, offset: 0, len: 30, tombstone: true, more: true }];
-        let f = SegmentFooter { segment_seq: 3, pool_tag: 4, nrec: 1, nslots: 1, data_len: 32, min_seq: 6, max_seq: 6 };
+        let e = vec![SummaryEntry {
+            digest: 5,
+            seq: 6,
+            offset: 0,
+            len: 30,
+            tombstone: true,
+            more: true,
+        }];
+        let f = SegmentFooter {
+            segment_seq: 3,
+            pool_tag: 4,
+            nrec: 1,
+            nslots: 1,
+            data_len: 32,
+            min_seq: 6,
+            max_seq: 6,
+        };
         encode_segment_tail(&mut seg, &e, &f);
         let f2 = decode_footer(&seg).expect("footer");
         assert_eq!(f2, f);
@@ -1013,9 +1072,19 @@ mod tests {
 
     #[test]
     fn headers_roundtrip() {
-        let b = BandHeader { state: BAND_IN_USE, pool_tag: 1, band: 2, first_seq: 3 };
+        let b = BandHeader {
+            state: BAND_IN_USE,
+            pool_tag: 1,
+            band: 2,
+            first_seq: 3,
+        };
         assert_eq!(BandHeader::decode(&b.encode()), Some(b));
-        let p = PadHeader { hdr_seq: 1, pool_tag: 2, tail: 3, tail_batch_seq: 4 };
+        let p = PadHeader {
+            hdr_seq: 1,
+            pool_tag: 2,
+            tail: 3,
+            tail_batch_seq: 4,
+        };
         assert_eq!(PadHeader::decode(&p.encode()), Some(p));
         let c = CheckpointHeader {
             ckpt_seq: 1,

@@ -25,12 +25,22 @@ pub(crate) enum GcOutcome {
     NoVictim,
 }
 
+/// Least space a GC pass must win back (1/64 of a band). Below it the pool counts
+/// as full: moving a band to win less would cost more than 64 bytes of writes per
+/// byte won, and estimation error (padding of future writes) could make it a loss.
+pub(crate) fn min_gain(inner: &Inner) -> u64 {
+    (inner.layout.band_payload() / 64).max(4096)
+}
+
 /// Free bands below which GC runs.
 pub(crate) fn low_watermark(inner: &Inner) -> u32 {
     if inner.opts.gc_low_bands > 0 {
         inner.opts.gc_low_bands
     } else {
-        (inner.layout.bands / 16).max(4).min(inner.layout.bands / 2).max(3)
+        (inner.layout.bands / 16)
+            .max(4)
+            .min(inner.layout.bands / 2)
+            .max(3)
     }
 }
 
@@ -83,31 +93,61 @@ pub(crate) fn maintenance(inner: Arc<Inner>) {
 pub(crate) fn wait_for_space(inner: &Inner, class: Class, need: usize) -> Result<()> {
     let need = need as u64 * 2 + SEG_FOOTER as u64;
     let deadline = Instant::now() + Duration::from_secs(600);
+    let mut futile = 0;
     loop {
         inner.check_failed()?;
-        {
+        let before = {
             let ws = inner.ws.lock();
             if inner.space_ok(&ws, class, need) {
                 return Ok(());
             }
-        }
+            inner.avail(&ws, class)
+        };
         match gc_pass(inner, true)? {
-            GcOutcome::Freed(_) => continue,
+            GcOutcome::Freed(_) => {
+                // Passes that free a band but gain no room mean the pool is full of live data.
+                let after = inner.avail(&inner.ws.lock(), class);
+                if after <= before {
+                    futile += 1;
+                    if futile >= 4 {
+                        return Err(Error::NoSpace(
+                            "garbage collection reclaims no net space; delete data to make room"
+                                .into(),
+                        ));
+                    }
+                } else {
+                    futile = 0;
+                }
+                continue;
+            }
             GcOutcome::NoVictim => {
                 // A band being freed by another pass, or segments in flight, may still help.
                 let busy = {
+                    let ws = inner.ws.lock();
+                    let sealed_in_flight = inner.bufs.read().len() > ws.open.is_some() as usize;
                     let bt = inner.bands.lock();
-                    bt.bands.iter().any(|b| b.state == BandState::Victim || b.inflight > 0)
+                    sealed_in_flight || bt.bands.iter().any(|b| b.state == BandState::Victim)
                 };
                 if !busy {
                     let ws = inner.ws.lock();
                     if inner.space_ok(&ws, class, need) {
                         return Ok(());
                     }
-                    let free = inner.bands.lock().free_count();
+                    let bt = inner.bands.lock();
+                    let payload = inner.layout.band_payload();
+                    let (mut n, mut best) = (0u64, 0u64);
+                    for (i, b) in bt.bands.iter().enumerate() {
+                        if b.state == BandState::Sealed {
+                            n += 1;
+                            best = best.max(payload.saturating_sub(inner.band_cost(i)));
+                        }
+                    }
                     return Err(Error::NoSpace(format!(
-                        "{} free bands and no band with reclaimable space; delete data to make room",
-                        free
+                        "{} free bands; the best of {n} full bands would win back only {:.1} % of a band \
+                         (GC needs ≥ {:.1} %); delete data to make room",
+                        bt.free_count(),
+                        best as f64 * 100.0 / payload as f64,
+                        min_gain(inner) as f64 * 100.0 / payload as f64
                     )));
                 }
                 let mut bt = inner.bands.lock();
@@ -115,7 +155,9 @@ pub(crate) fn wait_for_space(inner: &Inner, class: Class, need: usize) -> Result
             }
         }
         if Instant::now() > deadline {
-            return Err(Error::NoSpace("timed out waiting for GC to free space".into()));
+            return Err(Error::NoSpace(
+                "timed out waiting for GC to free space".into(),
+            ));
         }
     }
 }
@@ -125,6 +167,10 @@ pub(crate) fn gc_pass(inner: &Inner, urgent: bool) -> Result<GcOutcome> {
     let _g = inner.gc_lock.lock();
     let payload = inner.layout.band_payload();
     let victim = {
+        // Choose under the write state: a group commit applies its records to the
+        // index only after their segment may already be durable (capacity-only
+        // mode), so a band is judged only once no group is half-applied.
+        let _ws = inner.ws.lock();
         let mut bt = inner.bands.lock();
         if !urgent && bt.free_count() >= low_watermark(inner) {
             return Ok(GcOutcome::NoVictim);
@@ -137,7 +183,7 @@ pub(crate) fn gc_pass(inner: &Inner, urgent: bool) -> Result<GcOutcome> {
             // What moving the band's live records costs against the band it frees:
             // a band whose records would fill a whole band again gains nothing.
             let dead = payload.saturating_sub(inner.band_cost(i));
-            if dead < inner.layout.seg {
+            if dead < min_gain(inner) {
                 continue;
             }
             let better = match best {
@@ -159,8 +205,17 @@ pub(crate) fn gc_pass(inner: &Inner, urgent: bool) -> Result<GcOutcome> {
     match relocate_band(inner, victim) {
         Ok(true) => {
             let w = Waiter::new();
-            let hdr = BandHeader { state: BAND_FREE, pool_tag: inner.tag, band: victim, first_seq: 0 };
-            inner.send(WMsg::BandHeader { band: victim, hdr, free: Some(w.clone()) })?;
+            let hdr = BandHeader {
+                state: BAND_FREE,
+                pool_tag: inner.tag,
+                band: victim,
+                first_seq: 0,
+            };
+            inner.send(WMsg::BandHeader {
+                band: victim,
+                hdr,
+                free: Some(w.clone()),
+            })?;
             w.wait()?;
             inner.c.gc_runs.fetch_add(1, Relaxed);
             inner.c.gc_bands_freed.fetch_add(1, Relaxed);
@@ -241,7 +296,9 @@ fn relocate_band(inner: &Inner, band: u32) -> Result<bool> {
         let _ = need_end;
         let slot = first + slot_i;
         let entries = match decode_footer(segdata) {
-            Some(f) if f.segment_seq == sh.segment_seq && f.pool_tag == inner.tag => decode_summary(segdata, &f),
+            Some(f) if f.segment_seq == sh.segment_seq && f.pool_tag == inner.tag => {
+                decode_summary(segdata, &f)
+            }
             _ => crate::recovery::parse_partial(segdata, &sh).map(|(e, _)| e),
         };
         let entries = match entries {
@@ -282,7 +339,11 @@ fn relocate_band(inner: &Inner, band: u32) -> Result<bool> {
                 bytes[18] &= !REC_MORE;
             }
             move_bytes += round_up(bytes.len(), 8);
-            moves.push(PRec { digest: e.digest, bytes, kind: Kind::Relocate(loc) });
+            moves.push(PRec {
+                digest: e.digest,
+                bytes,
+                kind: Kind::Relocate(loc),
+            });
             if move_bytes >= inner.max_group_bytes() / 2 {
                 submit_moves(inner, &mut moves)?;
                 move_bytes = 0;
@@ -306,6 +367,9 @@ fn relocate_band(inner: &Inner, band: u32) -> Result<bool> {
 fn submit_moves(inner: &Inner, moves: &mut Vec<PRec>) -> Result<()> {
     // Each move is its own request, so a move made stale by a concurrent user
     // write is dropped alone; the group commit still writes them together.
-    let reqs: Vec<_> = moves.drain(..).map(|m| Req::new(vec![m], Class::Gc)).collect();
+    let reqs: Vec<_> = moves
+        .drain(..)
+        .map(|m| Req::new(vec![m], Class::Gc))
+        .collect();
     inner.submit_all(reqs).map(|_| ())
 }

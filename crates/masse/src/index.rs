@@ -250,7 +250,7 @@ const EMPTY: Slot = [0, 0];
 
 /// The stored fingerprint of a digest: its low 64 bits, 0 remapped to 1.
 #[inline]
-fn fingerprint(d: Digest) -> u64 {
+pub fn fingerprint(d: Digest) -> u64 {
     let fp = d as u64;
     if fp == 0 {
         1
@@ -735,6 +735,12 @@ impl Index {
     /// Removes every entry whose location fails `f` (called once per entry,
     /// shard by shard, each shard under its write lock).
     pub fn retain(&self, mut f: impl FnMut(u64) -> bool) {
+        self.retain_entries(|_, loc| f(loc));
+    }
+
+    /// Like [`Index::retain`], but `f` also sees each entry's stored
+    /// [`fingerprint`], so a caller can match entries against known digests.
+    pub fn retain_entries(&self, mut f: impl FnMut(u64, u64) -> bool) {
         for p in self.shards.iter() {
             let mut s = p.0.write();
             let removed = retain_table(&mut s.table, &mut f);
@@ -883,7 +889,7 @@ fn parse_image(image: &[u8]) -> Result<Box<[Slot]>, IndexImageError> {
 
 /// Removes the entries of `t` whose location fails `f`, in one pass, keeping
 /// the probe order; returns how many were removed.
-fn retain_table(t: &mut [Slot], f: &mut impl FnMut(u64) -> bool) -> usize {
+fn retain_table(t: &mut [Slot], f: &mut impl FnMut(u64, u64) -> bool) -> usize {
     let cap = t.len();
     // Start right after an empty slot, so no cluster straddles the start.
     let Some(empty) = t.iter().position(|e| e[0] == 0) else {
@@ -900,7 +906,7 @@ fn retain_table(t: &mut [Slot], f: &mut impl FnMut(u64) -> bool) -> usize {
             continue;
         }
         t[pos] = EMPTY;
-        if !f(e[1]) {
+        if !f(e[0], e[1]) {
             removed += 1;
             continue;
         }
@@ -1465,6 +1471,11 @@ mod tests {
         let mut sum = 0u64;
         ix.for_each(|l| sum += l);
         assert_eq!(sum, (0..10_000u64).sum());
+        let mut per_shard = 0u64;
+        for sh in 0..ix.shard_count() + 1 {
+            ix.for_each_in_shard(sh, |l| per_shard += l);
+        }
+        assert_eq!(per_shard, sum);
         ix.retain(|l| l % 3 != 0);
         check_invariants(&ix);
         for i in 0..10_000u64 {

@@ -26,7 +26,13 @@ impl Layout {
             dev_band_start.push(total);
             total += n;
         }
-        Layout { geo, seg, slots_per_band, bands: total, dev_band_start }
+        Layout {
+            geo,
+            seg,
+            slots_per_band,
+            bands: total,
+            dev_band_start,
+        }
     }
 
     /// Total slots in the pool.
@@ -66,7 +72,10 @@ impl Layout {
     /// (capacity device index, byte offset of the slot).
     pub fn slot_addr(&self, slot: u64) -> (usize, u64) {
         let (dev, base) = self.band_addr(self.band_of_slot(slot));
-        (dev, base + self.geo.band_header_size as u64 + self.slot_in_band(slot) * self.seg)
+        (
+            dev,
+            base + self.geo.band_header_size as u64 + self.slot_in_band(slot) * self.seg,
+        )
     }
 
     /// Bytes of band payload (slots only).

@@ -36,16 +36,28 @@ fn dev_name(d: &Arc<dyn Device>) -> String {
     d.info().path.clone()
 }
 
-pub(crate) fn read_block(dev: &Arc<dyn Device>, off: u64, len: usize, during: &'static str) -> Result<AlignedBuf> {
+pub(crate) fn read_block(
+    dev: &Arc<dyn Device>,
+    off: u64,
+    len: usize,
+    during: &'static str,
+) -> Result<AlignedBuf> {
     let mut b = AlignedBuf::new(len);
-    dev.read_at(&mut b, off).map_err(|e| Error::io(&dev_name(dev), during, e))?;
+    dev.read_at(&mut b, off)
+        .map_err(|e| Error::io(&dev_name(dev), during, e))?;
     Ok(b)
 }
 
-pub(crate) fn write_block(dev: &Arc<dyn Device>, off: u64, data: &[u8], during: &'static str) -> Result<()> {
+pub(crate) fn write_block(
+    dev: &Arc<dyn Device>,
+    off: u64,
+    data: &[u8],
+    during: &'static str,
+) -> Result<()> {
     let mut b = AlignedBuf::new(round_up64(data.len() as u64, 4096) as usize);
     b[..data.len()].copy_from_slice(data);
-    dev.write_at(&b, off).map_err(|e| Error::io(&dev_name(dev), during, e))
+    dev.write_at(&b, off)
+        .map_err(|e| Error::io(&dev_name(dev), during, e))
 }
 
 pub(crate) fn sync(dev: &Arc<dyn Device>, during: &'static str) -> Result<()> {
@@ -55,7 +67,9 @@ pub(crate) fn sync(dev: &Arc<dyn Device>, during: &'static str) -> Result<()> {
 /// Read both superblock copies; a valid one wins.
 fn probe(dev: &Arc<dyn Device>) -> Result<SuperblockProbe> {
     if dev.info().capacity < SUPERBLOCK_AREA {
-        return Ok(SuperblockProbe::NotMasse("device smaller than a superblock".into()));
+        return Ok(SuperblockProbe::NotMasse(
+            "device smaller than a superblock".into(),
+        ));
     }
     let b = read_block(dev, 0, SUPERBLOCK_AREA as usize, "reading the superblock")?;
     let first = Superblock::decode(&b[..SUPERBLOCK_SIZE]);
@@ -80,44 +94,72 @@ fn random_id() -> u128 {
 }
 
 fn now_unix() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// Choose geometry for a new pool and format every device.
 pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
     if cfg.capacity.is_empty() {
-        return Err(Error::InvalidConfig("at least one capacity device is required".into()));
+        return Err(Error::InvalidConfig(
+            "at least one capacity device is required".into(),
+        ));
     }
     if cfg.capacity.len() > 16 {
-        return Err(Error::InvalidConfig("at most 16 capacity devices are supported".into()));
+        return Err(Error::InvalidConfig(
+            "at most 16 capacity devices are supported".into(),
+        ));
     }
     let fast = match &cfg.fast {
         Some(s) => Some(s.open(&cfg.io)?),
         None => None,
     };
-    let caps = cfg.capacity.iter().map(|s| s.open(&cfg.io)).collect::<Result<Vec<_>>>()?;
+    let caps = cfg
+        .capacity
+        .iter()
+        .map(|s| s.open(&cfg.io))
+        .collect::<Result<Vec<_>>>()?;
     for d in fast.iter().chain(caps.iter()) {
         if let SuperblockProbe::Found(sb) = probe(d)? {
             if !force {
-                return Err(Error::AlreadyFormatted { path: d.info().path.clone().into(), pool_id: sb.pool_id });
+                return Err(Error::AlreadyFormatted {
+                    path: d.info().path.clone().into(),
+                    pool_id: sb.pool_id,
+                });
             }
         }
     }
     // The same file twice would be formatted twice and corrupt itself.
-    let mut paths: Vec<&str> = fast.iter().chain(caps.iter()).map(|d| d.info().path.as_str()).collect();
+    let mut paths: Vec<&str> = fast
+        .iter()
+        .chain(caps.iter())
+        .map(|d| d.info().path.as_str())
+        .collect();
     paths.sort_unstable();
-    if paths.windows(2).any(|w| w[0] == w[1] && !w[0].starts_with("mem:")) {
-        return Err(Error::InvalidConfig("the same device was given twice".into()));
+    if paths
+        .windows(2)
+        .any(|w| w[0] == w[1] && !w[0].starts_with("mem:"))
+    {
+        return Err(Error::InvalidConfig(
+            "the same device was given twice".into(),
+        ));
     }
 
     let cap_media = cfg.capacity_media.unwrap_or(caps[0].info().media);
     let mode = match (&fast, cfg.mode) {
         (Some(_), None | Some(Mode::Tiered)) => Mode::Tiered,
         (Some(_), Some(m)) => {
-            return Err(Error::InvalidConfig(format!("mode {} cannot have a fast-tier device", m.name())))
+            return Err(Error::InvalidConfig(format!(
+                "mode {} cannot have a fast-tier device",
+                m.name()
+            )))
         }
         (None, Some(Mode::Tiered)) => {
-            return Err(Error::InvalidConfig("tiered mode needs a fast-tier device (--fast)".into()))
+            return Err(Error::InvalidConfig(
+                "tiered mode needs a fast-tier device (--fast)".into(),
+            ))
         }
         (None, Some(m)) => m,
         (None, None) if cap_media == Media::Scm => Mode::ScmOnly,
@@ -135,9 +177,15 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
         }
     });
     if !iu.is_power_of_two() || iu < 4096 {
-        return Err(Error::InvalidConfig(format!("indirection unit {iu} must be a power of two ≥ 4096")));
+        return Err(Error::InvalidConfig(format!(
+            "indirection unit {iu} must be a power of two ≥ 4096"
+        )));
     }
-    let default_seg = if mode == Mode::ScmOnly { 8192u32 } else { 256 << 10 };
+    let default_seg = if mode == Mode::ScmOnly {
+        8192u32
+    } else {
+        256 << 10
+    };
     let seg = cfg.segment_size.unwrap_or(default_seg.max(iu));
     if seg % iu != 0 || !(8192..=512 << 10).contains(&seg) {
         return Err(Error::InvalidConfig(format!(
@@ -155,7 +203,10 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
         let fcap = f.info().capacity;
         pad_offset = after_epoch + 2 * PAD_HEADER_SIZE;
         let min_pad = (32u64 << 20).max(8 * seg as u64 + 2 * (MAX_VALUE_LEN as u64 + 8192));
-        pad_size = round_down64(cfg.pad_size.unwrap_or((fcap / 4).clamp(min_pad, 1 << 30)), 4096);
+        pad_size = round_down64(
+            cfg.pad_size.unwrap_or((fcap / 4).clamp(min_pad, 1 << 30)),
+            4096,
+        );
         if pad_size < min_pad {
             return Err(Error::InvalidConfig(format!(
                 "write pad of {pad_size} bytes is too small (minimum {min_pad})"
@@ -183,12 +234,15 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
         None => {
             let want = 64u64 << 20;
             let cap_limited = round_down64(usable / 16, seg as u64);
-            want.min(cap_limited).max(band_header_size as u64 + 4 * seg as u64)
+            want.min(cap_limited)
+                .max(band_header_size as u64 + 8 * seg as u64)
         }
     };
-    let band_size = round_down64(band_size, iu as u64).max(band_header_size as u64 + 4 * seg as u64);
-    if (band_size - band_header_size as u64) / (seg as u64) < 4 {
-        return Err(Error::InvalidConfig(format!("band size {band_size} must hold at least 4 segments of {seg}")));
+    let band_size = round_down64(band_size, iu as u64);
+    if (band_size - band_header_size as u64) / (seg as u64) < 8 {
+        return Err(Error::InvalidConfig(format!(
+            "band size {band_size} must hold at least 8 segments of {seg} bytes (plus a {band_header_size}-byte header)"
+        )));
     }
     let bands_per_device: Vec<u32> = caps
         .iter()
@@ -221,7 +275,12 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
         has_fast: fast.is_some(),
     };
     let pool_id = random_id();
-    let pool = Pool { pool_id, geo, fast, caps };
+    let pool = Pool {
+        pool_id,
+        geo,
+        fast,
+        caps,
+    };
     format(&pool, cap_media)?;
     Ok(pool)
 }
@@ -234,16 +293,46 @@ fn format(pool: &Pool, cap_media: Media) -> Result<()> {
     // pool on the same device can be mistaken for ours (the pool tag also guards).
     let zero = vec![0u8; 4096];
     write_block(&meta, EPOCH_OFFSET + 4096, &zero, "formatting")?;
-    write_block(&meta, EPOCH_OFFSET, &EpochBlock { epoch: 0, pool_tag: tag, clean: 1 }.encode(), "formatting")?;
+    write_block(
+        &meta,
+        EPOCH_OFFSET,
+        &EpochBlock {
+            epoch: 0,
+            pool_tag: tag,
+            clean: 1,
+        }
+        .encode(),
+        "formatting",
+    )?;
     if let Some(f) = &pool.fast {
-        let h = PadHeader { hdr_seq: 1, pool_tag: tag, tail: 0, tail_batch_seq: 1 };
-        write_block(f, EPOCH_OFFSET + EPOCH_AREA, &h.encode(), "formatting the pad")?;
-        write_block(f, EPOCH_OFFSET + EPOCH_AREA + PAD_HEADER_SIZE, &zero, "formatting the pad")?;
+        let h = PadHeader {
+            hdr_seq: 1,
+            pool_tag: tag,
+            tail: 0,
+            tail_batch_seq: 1,
+        };
+        write_block(
+            f,
+            EPOCH_OFFSET + EPOCH_AREA,
+            &h.encode(),
+            "formatting the pad",
+        )?;
+        write_block(
+            f,
+            EPOCH_OFFSET + EPOCH_AREA + PAD_HEADER_SIZE,
+            &zero,
+            "formatting the pad",
+        )?;
         write_block(f, g.pad_offset, &zero, "formatting the pad")?;
     }
     if g.ckpt_slot_size >= 4096 {
         write_block(&meta, g.ckpt_offset, &zero, "formatting checkpoints")?;
-        write_block(&meta, g.ckpt_offset + g.ckpt_slot_size, &zero, "formatting checkpoints")?;
+        write_block(
+            &meta,
+            g.ckpt_offset + g.ckpt_slot_size,
+            &zero,
+            "formatting checkpoints",
+        )?;
     }
     let created = now_unix();
     let mut sbs = Vec::new();
@@ -251,7 +340,12 @@ fn format(pool: &Pool, cap_media: Media) -> Result<()> {
         sbs.push((f.clone(), Role::Fast, 0u32, f.info().media));
     }
     for (i, c) in pool.caps.iter().enumerate() {
-        sbs.push((c.clone(), Role::Capacity, i as u32, if i == 0 { cap_media } else { c.info().media }));
+        sbs.push((
+            c.clone(),
+            Role::Capacity,
+            i as u32,
+            if i == 0 { cap_media } else { c.info().media },
+        ));
     }
     for (dev, _, _, _) in &sbs {
         sync(dev, "formatting")?;
@@ -279,7 +373,11 @@ fn format(pool: &Pool, cap_media: Media) -> Result<()> {
 /// Open the devices named in `cfg` and check that they form one complete pool.
 pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
     let mut found: Vec<(Arc<dyn Device>, Superblock)> = Vec::new();
-    let specs = cfg.fast.iter().map(|s| (true, s)).chain(cfg.capacity.iter().map(|s| (false, s)));
+    let specs = cfg
+        .fast
+        .iter()
+        .map(|s| (true, s))
+        .chain(cfg.capacity.iter().map(|s| (false, s)));
     let mut want_fast = false;
     for (is_fast, spec) in specs {
         want_fast |= is_fast;
@@ -289,10 +387,17 @@ pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
             SuperblockProbe::Found(sb) => sb,
             SuperblockProbe::NotMasse(why) => return Err(Error::NotMasse { path, why }),
             SuperblockProbe::TooNew(v) => {
-                return Err(Error::FormatTooNew { path, found: v, supported: FORMAT_VERSION })
+                return Err(Error::FormatTooNew {
+                    path,
+                    found: v,
+                    supported: FORMAT_VERSION,
+                })
             }
         };
-        let role_ok = matches!((is_fast, sb.role), (true, Role::Fast) | (false, Role::Capacity));
+        let role_ok = matches!(
+            (is_fast, sb.role),
+            (true, Role::Fast) | (false, Role::Capacity)
+        );
         if !role_ok {
             return Err(Error::Mismatch(format!(
                 "{path} is a {:?}-tier device of its pool but was given as {}",
@@ -324,11 +429,16 @@ pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
             )));
         }
         if sb.geometry != geo {
-            return Err(Error::Mismatch(format!("{} disagrees about the pool geometry", d.info().path)));
+            return Err(Error::Mismatch(format!(
+                "{} disagrees about the pool geometry",
+                d.info().path
+            )));
         }
     }
     if geo.has_fast && !want_fast {
-        return Err(Error::MissingDevice("this pool has a fast-tier device; give it with --fast".into()));
+        return Err(Error::MissingDevice(
+            "this pool has a fast-tier device; give it with --fast".into(),
+        ));
     }
     let ncap = geo.bands_per_device.len();
     let mut caps: Vec<Option<Arc<dyn Device>>> = vec![None; ncap];
@@ -339,10 +449,15 @@ pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
             Role::Capacity => {
                 let i = sb.device_index as usize;
                 if i >= ncap {
-                    return Err(Error::Mismatch(format!("{}: capacity device index {i} out of range", d.info().path)));
+                    return Err(Error::Mismatch(format!(
+                        "{}: capacity device index {i} out of range",
+                        d.info().path
+                    )));
                 }
                 if caps[i].is_some() {
-                    return Err(Error::Mismatch(format!("capacity device {i} was given twice")));
+                    return Err(Error::Mismatch(format!(
+                        "capacity device {i} was given twice"
+                    )));
                 }
                 caps[i] = Some(d);
             }
@@ -351,14 +466,28 @@ pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
     let caps = caps
         .into_iter()
         .enumerate()
-        .map(|(i, d)| d.ok_or_else(|| Error::MissingDevice(format!("capacity device #{i} of {ncap} was not given"))))
+        .map(|(i, d)| {
+            d.ok_or_else(|| {
+                Error::MissingDevice(format!("capacity device #{i} of {ncap} was not given"))
+            })
+        })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Pool { pool_id, geo, fast, caps })
+    Ok(Pool {
+        pool_id,
+        geo,
+        fast,
+        caps,
+    })
 }
 
 /// Read the newest valid epoch block.
 pub(crate) fn read_epoch(pool: &Pool) -> Result<EpochBlock> {
-    let b = read_block(pool.meta(), EPOCH_OFFSET, EPOCH_AREA as usize, "reading the epoch")?;
+    let b = read_block(
+        pool.meta(),
+        EPOCH_OFFSET,
+        EPOCH_AREA as usize,
+        "reading the epoch",
+    )?;
     let a = EpochBlock::decode(&b[..4096]).filter(|e| e.pool_tag == pool.pool_tag());
     let c = EpochBlock::decode(&b[4096..]).filter(|e| e.pool_tag == pool.pool_tag());
     match (a, c) {

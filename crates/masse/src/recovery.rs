@@ -13,7 +13,7 @@ use crate::db::{BandState, Inner, Kind, OpenSeg, PRec, SegBuf};
 use crate::device::{round_up, round_up64, AlignedBuf};
 use crate::error::{Error, Result};
 use crate::format::*;
-use crate::index::{digest, Digest};
+use crate::index::{digest, fingerprint, Digest};
 use parking_lot::RwLock;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
@@ -73,7 +73,8 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
     let mut hdr_first: Vec<Option<u64>> = vec![None; nb];
     for b in 0..l.bands {
         let (dev, off) = l.band_addr(b);
-        let blk = crate::pool::read_block(&inner.pool.caps[dev], off, 4096, "reading band headers")?;
+        let blk =
+            crate::pool::read_block(&inner.pool.caps[dev], off, 4096, "reading band headers")?;
         if let Some(h) = BandHeader::decode(&blk) {
             if h.pool_tag == inner.tag && h.band == b && h.state == BAND_IN_USE {
                 hdr_first[b as usize] = Some(h.first_seq);
@@ -84,7 +85,12 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
     // 2. Newest valid checkpoint, if any.
     let ck = load_checkpoint(inner)?;
     let (source, replay_from, ck_bands, ck_next_seq) = match &ck {
-        Some((h, bands)) => ("checkpoint", h.replay_from_seq, Some(bands.clone()), h.next_record_seq),
+        Some((h, bands)) => (
+            "checkpoint",
+            h.replay_from_seq,
+            Some(bands.clone()),
+            h.next_record_seq,
+        ),
         None => ("scan", 0, None, 1),
     };
     let matches = |b: usize| -> Option<BandRecord> {
@@ -93,7 +99,9 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
     };
     if ck.is_some() {
         // Entries into bands freed or reused since the snapshot are stale; replay re-adds what moved.
-        inner.index.retain(|loc| matches(l.band_of_slot(Loc(loc).slot()) as usize).is_some());
+        inner
+            .index
+            .retain(|loc| matches(l.band_of_slot(Loc(loc).slot()) as usize).is_some());
     }
 
     // 3. Plan: which slots of which bands to replay, in write order.
@@ -101,16 +109,26 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
     let mut written = vec![0u64; nb];
     let mut min_seq = vec![u64::MAX; nb];
     for b in 0..nb {
-        let Some(first_seq) = hdr_first[b] else { continue };
+        let Some(first_seq) = hdr_first[b] else {
+            continue;
+        };
         let start_slot = match matches(b) {
             Some(cb) => {
                 min_seq[b] = cb.min_seq;
                 written[b] = cb.written_slots as u64;
-                if first_seq >= replay_from { 0 } else { cb.written_slots as u64 }
+                if first_seq >= replay_from {
+                    0
+                } else {
+                    cb.written_slots as u64
+                }
             }
             None => 0,
         };
-        plans.push(BandPlan { band: b as u32, first_seq, start_slot });
+        plans.push(BandPlan {
+            band: b as u32,
+            first_seq,
+            start_slot,
+        });
     }
     plans.sort_by_key(|p| p.first_seq);
     let band_first: Vec<u64> = hdr_first.iter().map(|f| f.unwrap_or(0)).collect();
@@ -136,8 +154,13 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
             let mut first = AlignedBuf::new(seg);
             dev.read_at(&mut first, band_off + hdr + i * seg as u64)
                 .map_err(|e| Error::io(&dev.info().path, "recovery reading a segment", e))?;
-            let Some(sh) = SegmentHeader::decode(&first) else { break };
-            if sh.pool_tag != inner.tag || sh.segment_seq < p.first_seq || sh.segment_seq <= last_seq {
+            let Some(sh) = SegmentHeader::decode(&first) else {
+                break;
+            };
+            if sh.pool_tag != inner.tag
+                || sh.segment_seq < p.first_seq
+                || sh.segment_seq <= last_seq
+            {
                 break;
             }
             let k = sh.nslots.max(1) as u64;
@@ -154,7 +177,11 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
             };
             let full = decode_footer(&data)
                 .filter(|f| f.segment_seq == sh.segment_seq && f.pool_tag == inner.tag)
-                .and_then(|f| decode_summary(&data, &f).ok().map(|e| (e, f.data_len as usize)));
+                .and_then(|f| {
+                    decode_summary(&data, &f)
+                        .ok()
+                        .map(|e| (e, f.data_len as usize))
+                });
             let (entries, used, is_partial) = match full {
                 Some((e, used)) => (e, used, false),
                 None => {
@@ -192,26 +219,41 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
     // if it was acknowledged it is still on the pad and comes back below.
     drop(group);
 
-    // 5. Entries pointing where nothing valid was found: only tombstones may legitimately dangle.
+    // 5. The pad: everything from its durable tail is re-applied below, in order.
+    let groups = match &inner.pad {
+        Some(_) => read_pad(inner)?,
+        None => Vec::new(),
+    };
+    let on_pad: std::collections::HashSet<u64> = groups
+        .iter()
+        .flatten()
+        .map(|r| fingerprint(r.digest))
+        .collect();
+
+    // 6. Entries pointing where nothing valid was found. A checkpoint may point into
+    // segments that were still in DRAM (their records are on the pad, re-applied
+    // below); dropped tombstones may dangle too. Anything else is a lost record.
     let mut lost = 0u64;
-    inner.index.retain(|loc| {
+    inner.index.retain_entries(|fp, loc| {
         let loc = Loc(loc);
         let b = l.band_of_slot(loc.slot()) as usize;
         let ok = hdr_first[b].is_some() && l.slot_in_band(loc.slot()) < written[b];
-        if !ok && !loc.is_tombstone() {
+        if !ok && !loc.is_tombstone() && !on_pad.contains(&fp) {
             lost += 1;
         }
         ok
     });
     if lost > 0 {
         inner.c.corruptions.fetch_add(lost, Relaxed);
-        eprintln!("masse: recovery found {lost} index entries pointing at unreadable segments; those keys are lost");
+        inner.recovery.lock().warnings.push(format!(
+            "{lost} index entries pointed at segments that could not be read; those keys are lost"
+        ));
     }
 
-    // 6. Space accounting from the index.
+    // 7. Space accounting from the index.
     inner.index.for_each(|loc| inner.add_live(Loc(loc)));
 
-    // 7. Band table and write state.
+    // 8. Band table and write state.
     let mode = l.geo.mode;
     let mut ws = inner.ws.lock();
     {
@@ -245,11 +287,27 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
             let mut buf = AlignedBuf::new(seg);
             buf.copy_from_slice(&data[..seg]);
             let slot = l.first_slot(band) + sib;
-            let sb = Arc::new(SegBuf { size: seg, slot, nslots: 1, seq: sh.segment_seq, band, data: RwLock::new(buf) });
+            let sb = Arc::new(SegBuf {
+                size: seg,
+                slot,
+                nslots: 1,
+                seq: sh.segment_seq,
+                band,
+                data: RwLock::new(buf),
+            });
             inner.bufs.write().insert(slot, sb.clone());
             inner.bands.lock().bands[band as usize].inflight += 1;
-            let (mn, mx) = entries.iter().fold((u64::MAX, 0), |(a, b), e| (a.min(e.seq), b.max(e.seq)));
-            ws.open = Some(OpenSeg { buf: sb, used, entries, min_seq: mn, max_seq: mx, flushed: used });
+            let (mn, mx) = entries
+                .iter()
+                .fold((u64::MAX, 0), |(a, b), e| (a.min(e.seq), b.max(e.seq)));
+            ws.open = Some(OpenSeg {
+                buf: sb,
+                used,
+                entries,
+                min_seq: mn,
+                max_seq: mx,
+                flushed: used,
+            });
         }
     }
     ws.next_seq = max_seq + 1;
@@ -257,13 +315,12 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
     inner.next_seg_hint.store(ws.next_seg, SeqCst);
     drop(ws);
 
-    // 8. The pad: everything from its durable tail is re-applied, in order.
-    let groups = match &inner.pad {
-        Some(_) => read_pad(inner)?,
-        None => Vec::new(),
-    };
     let mut r = inner.recovery.lock();
-    r.source = if clean { format!("{source} (clean shutdown)") } else { source.to_string() };
+    r.source = if clean {
+        format!("{source} (clean shutdown)")
+    } else {
+        source.to_string()
+    };
     r.segments = segments;
     r.us = t0.elapsed().as_micros() as u64;
     Ok(groups)
@@ -271,14 +328,19 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
 
 /// Parse the pad ring from its durable tail; set the ring state to continue after it.
 fn read_pad(inner: &Inner) -> Result<Vec<Vec<PRec>>> {
-    let Some(p) = &inner.pad else { return Ok(Vec::new()) };
+    let Some(p) = &inner.pad else {
+        return Ok(Vec::new());
+    };
     let hb = crate::pool::read_block(&p.dev, p.hdr_off, 8192, "reading the pad header")?;
-    let h = [PadHeader::decode(&hb[..4096]), PadHeader::decode(&hb[4096..])]
-        .into_iter()
-        .flatten()
-        .filter(|h| h.pool_tag == inner.tag)
-        .max_by_key(|h| h.hdr_seq)
-        .ok_or_else(|| Error::Corruption("both write-pad headers are damaged".into()))?;
+    let h = [
+        PadHeader::decode(&hb[..4096]),
+        PadHeader::decode(&hb[4096..]),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|h| h.pool_tag == inner.tag)
+    .max_by_key(|h| h.hdr_seq)
+    .ok_or_else(|| Error::Corruption("both write-pad headers are damaged".into()))?;
     let mut v = h.tail;
     let mut expect = h.tail_batch_seq;
     let mut groups = Vec::new();
@@ -321,7 +383,11 @@ fn read_pad(inner: &Inner) -> Result<Vec<Vec<PRec>>> {
             let len = hd.total_len();
             let mut bytes = payload[off..off + len].to_vec();
             bytes[18] &= !REC_MORE;
-            recs.push(PRec { digest: digest(k), bytes, kind: Kind::Replay });
+            recs.push(PRec {
+                digest: digest(k),
+                bytes,
+                kind: Kind::Replay,
+            });
             off += round_up(len, 8);
         }
         if !recs.is_empty() {
@@ -351,7 +417,12 @@ fn load_checkpoint(inner: &Inner) -> Result<Option<LoadedCheckpoint>> {
     let mut cands = Vec::new();
     for s in 0..2u64 {
         let off = g.ckpt_offset + s * g.ckpt_slot_size;
-        let b = crate::pool::read_block(&meta, off, CKPT_HEADER as usize, "reading a checkpoint header")?;
+        let b = crate::pool::read_block(
+            &meta,
+            off,
+            CKPT_HEADER as usize,
+            "reading a checkpoint header",
+        )?;
         if let Some(h) = CheckpointHeader::decode(&b) {
             if h.pool_tag == inner.tag && h.payload_len + CKPT_HEADER <= g.ckpt_slot_size {
                 cands.push((off, h));
@@ -368,7 +439,10 @@ fn load_checkpoint(inner: &Inner) -> Result<Option<LoadedCheckpoint>> {
             Err(e) => {
                 inner.index.clear();
                 inner.c.corruptions.fetch_add(1, Relaxed);
-                eprintln!("masse: checkpoint {} unusable ({e}); trying an older one or a full scan", h.ckpt_seq);
+                inner.recovery.lock().warnings.push(format!(
+                    "checkpoint {} unusable ({e}); used an older one or a full scan",
+                    h.ckpt_seq
+                ));
             }
         }
     }
@@ -378,26 +452,44 @@ fn load_checkpoint(inner: &Inner) -> Result<Option<LoadedCheckpoint>> {
 fn try_load(inner: &Inner, off: u64, h: &CheckpointHeader) -> Result<Vec<BandRecord>> {
     let meta = inner.pool.meta().clone();
     let len = h.payload_len as usize;
-    let payload = crate::pool::read_block(&meta, off + CKPT_HEADER, round_up(len.max(1), 4096), "reading a checkpoint")?;
+    let payload = crate::pool::read_block(
+        &meta,
+        off + CKPT_HEADER,
+        round_up(len.max(1), 4096),
+        "reading a checkpoint",
+    )?;
     let payload = &payload[..len];
     if xxhash_rust::xxh3::xxh3_64(payload) != h.payload_hash {
-        return Err(Error::Corruption("checkpoint payload checksum mismatch".into()));
+        return Err(Error::Corruption(
+            "checkpoint payload checksum mismatch".into(),
+        ));
     }
     if h.bands != inner.layout.bands || h.shards as usize != inner.index.shard_count() {
-        return Err(Error::Corruption("checkpoint does not match this pool's geometry".into()));
+        return Err(Error::Corruption(
+            "checkpoint does not match this pool's geometry".into(),
+        ));
     }
     let mut pos = 0usize;
     let mut bands = Vec::with_capacity(h.bands as usize);
     for _ in 0..h.bands {
-        let b = payload.get(pos..pos + BAND_RECORD).ok_or_else(|| Error::Corruption("checkpoint truncated".into()))?;
+        let b = payload
+            .get(pos..pos + BAND_RECORD)
+            .ok_or_else(|| Error::Corruption("checkpoint truncated".into()))?;
         bands.push(BandRecord::decode(b)?);
         pos += BAND_RECORD;
     }
     for s in 0..h.shards as usize {
-        let lb = payload.get(pos..pos + 8).ok_or_else(|| Error::Corruption("checkpoint truncated".into()))?;
-        let n = u64::from_le_bytes(lb.try_into().map_err(|_| Error::Corruption("checkpoint truncated".into()))?) as usize;
+        let lb = payload
+            .get(pos..pos + 8)
+            .ok_or_else(|| Error::Corruption("checkpoint truncated".into()))?;
+        let n = u64::from_le_bytes(
+            lb.try_into()
+                .map_err(|_| Error::Corruption("checkpoint truncated".into()))?,
+        ) as usize;
         pos += 8;
-        let img = payload.get(pos..pos + n).ok_or_else(|| Error::Corruption("checkpoint truncated".into()))?;
+        let img = payload
+            .get(pos..pos + n)
+            .ok_or_else(|| Error::Corruption("checkpoint truncated".into()))?;
         inner
             .index
             .load_shard_image(s, img)
@@ -478,8 +570,14 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<bool> {
     crate::pool::sync(&meta, "syncing a checkpoint")?;
     *last = seq;
     inner.c.checkpoints.fetch_add(1, Relaxed);
-    inner.c.checkpoint_bytes.fetch_add(len + CKPT_HEADER, Relaxed);
-    inner.c.last_checkpoint_us.store(t0.elapsed().as_micros() as u64, Relaxed);
+    inner
+        .c
+        .checkpoint_bytes
+        .fetch_add(len + CKPT_HEADER, Relaxed);
+    inner
+        .c
+        .last_checkpoint_us
+        .store(t0.elapsed().as_micros() as u64, Relaxed);
     Ok(true)
 }
 
@@ -496,7 +594,15 @@ struct ChunkWriter<'a> {
 
 impl<'a> ChunkWriter<'a> {
     fn new(dev: &'a Arc<dyn crate::device::Device>, base: u64, limit: u64) -> Self {
-        ChunkWriter { dev, base, limit, buf: AlignedBuf::new(8 << 20), fill: 0, written: 0, hash: Xxh3::new() }
+        ChunkWriter {
+            dev,
+            base,
+            limit,
+            buf: AlignedBuf::new(8 << 20),
+            fill: 0,
+            written: 0,
+            hash: Xxh3::new(),
+        }
     }
 
     /// Append; false if the region is full.

@@ -72,8 +72,14 @@ pub(crate) struct Histos {
 
 impl Histos {
     pub fn new() -> Histos {
-        let mk = || Mutex::new(Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("static bounds are valid"));
-        Histos { h: [mk(), mk(), mk(), mk()] }
+        let mk = || {
+            Mutex::new(
+                Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("static bounds are valid"),
+            )
+        };
+        Histos {
+            h: [mk(), mk(), mk(), mk()],
+        }
     }
     pub fn record(&self, op: Op, ns: u64) {
         let i = OPS.iter().position(|&o| o == op).unwrap_or(0);
@@ -240,6 +246,8 @@ pub struct Stats {
     pub recovery_segments_replayed: u64,
     /// Pad records replayed at the last open.
     pub recovery_pad_records: u64,
+    /// Problems recovery found and worked around (a damaged checkpoint, lost records).
+    pub recovery_warnings: Vec<String>,
     /// Checksum failures seen (on reads, GC or recovery).
     pub corruptions: u64,
     /// Per-device I/O.
@@ -272,17 +280,18 @@ impl Stats {
         );
         let _ = writeln!(
             s,
-            "capacity tier        {} segments, {:.1} MiB written; host write amplification {:.3}",
+            "capacity tier        {} segments ({:.1} MiB) + {} partial flushes; host write amplification {:.3}",
             self.segments_written,
             mib(self.segment_bytes_written),
+            self.partial_flushes,
             self.host_write_amplification
         );
         let _ = writeln!(
             s,
-            "bands                {} free of {} ({} MiB each, {} KiB segments); live data {:.1} MiB",
+            "bands                {} free of {} ({:.2} MiB each, {} KiB segments); live data {:.1} MiB",
             self.bands_free,
             self.bands_total,
-            self.band_size >> 20,
+            mib(self.band_size),
             self.segment_size >> 10,
             mib(self.live_bytes)
         );
@@ -325,8 +334,14 @@ impl Stats {
         let _ = writeln!(
             s,
             "last recovery        {} in {} µs ({} segments, {} pad records replayed)",
-            self.recovery_source, self.recovery_us, self.recovery_segments_replayed, self.recovery_pad_records
+            self.recovery_source,
+            self.recovery_us,
+            self.recovery_segments_replayed,
+            self.recovery_pad_records
         );
+        for w in &self.recovery_warnings {
+            let _ = writeln!(s, "recovery warning     {w}");
+        }
         let _ = writeln!(
             s,
             "reads                {} from DRAM buffers, {} from devices, {} retries; {} checksum failures",

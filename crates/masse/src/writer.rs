@@ -18,11 +18,19 @@ use std::sync::Arc;
 pub(crate) enum WMsg {
     /// Write a band header; with `free`, the band is being released by GC:
     /// after the header is durable, TRIM the band and put it on the free list.
-    BandHeader { band: u32, hdr: BandHeader, free: Option<Arc<Waiter>> },
+    BandHeader {
+        band: u32,
+        hdr: BandHeader,
+        free: Option<Arc<Waiter>>,
+    },
     /// Write a sealed segment from byte `from` (earlier bytes are already durable).
     Segment { buf: Arc<SegBuf>, from: usize },
     /// Write bytes `[from, to)` of the open segment (capacity-only group commit).
-    Flush { buf: Arc<SegBuf>, from: usize, to: usize },
+    Flush {
+        buf: Arc<SegBuf>,
+        from: usize,
+        to: usize,
+    },
     /// Completes once everything sent before it is durable.
     Barrier(Arc<Waiter>),
 }
@@ -35,7 +43,10 @@ pub(crate) struct Waiter {
 
 impl Waiter {
     pub fn new() -> Arc<Waiter> {
-        Arc::new(Waiter { res: Mutex::new(None), cv: Condvar::new() })
+        Arc::new(Waiter {
+            res: Mutex::new(None),
+            cv: Condvar::new(),
+        })
     }
     pub fn complete(&self, r: Result<(), String>) {
         *self.res.lock() = Some(r);
@@ -66,7 +77,9 @@ pub(crate) fn run(inner: Arc<Inner>, rx: Receiver<WMsg>) {
             inner.fail(format!("capacity-tier writer failed: {m}"));
             for msg in msgs {
                 match msg {
-                    WMsg::Barrier(w) | WMsg::BandHeader { free: Some(w), .. } => w.complete(Err(m.clone())),
+                    WMsg::Barrier(w) | WMsg::BandHeader { free: Some(w), .. } => {
+                        w.complete(Err(m.clone()))
+                    }
                     _ => {}
                 }
             }
@@ -93,10 +106,14 @@ fn burst(inner: &Inner, msgs: &mut Vec<WMsg>) -> Result<()> {
                 continue;
             }
             let guards: Vec<_> = mine.iter().map(|p| p.2.data.read()).collect();
-            let ops: Vec<(u64, &[u8])> =
-                mine.iter().zip(guards.iter()).map(|(p, g)| (p.1, &g[p.3..p.4])).collect();
+            let ops: Vec<(u64, &[u8])> = mine
+                .iter()
+                .zip(guards.iter())
+                .map(|(p, g)| (p.1, &g[p.3..p.4]))
+                .collect();
             let d = &inner.pool.caps[dev];
-            d.write_batch(&ops).map_err(|e| Error::io(&d.info().path, "writing segments", e))?;
+            d.write_batch(&ops)
+                .map_err(|e| Error::io(&d.info().path, "writing segments", e))?;
         }
         pending.clear();
         Ok(())
@@ -106,7 +123,12 @@ fn burst(inner: &Inner, msgs: &mut Vec<WMsg>) -> Result<()> {
             WMsg::BandHeader { band, hdr, free } => {
                 flush_pending(&mut pending)?;
                 let (dev, off) = inner.layout.band_addr(band);
-                crate::pool::write_block(&inner.pool.caps[dev], off, &hdr.encode(), "writing a band header")?;
+                crate::pool::write_block(
+                    &inner.pool.caps[dev],
+                    off,
+                    &hdr.encode(),
+                    "writing a band header",
+                )?;
                 touched[dev] = true;
                 if let Some(w) = free {
                     frees.push((band, w));
@@ -117,7 +139,10 @@ fn burst(inner: &Inner, msgs: &mut Vec<WMsg>) -> Result<()> {
                 let end = buf.size;
                 touched[dev] = true;
                 inner.c.segments_written.fetch_add(1, Relaxed);
-                inner.c.segment_bytes.fetch_add((end - from) as u64, Relaxed);
+                inner
+                    .c
+                    .segment_bytes
+                    .fetch_add((end - from) as u64, Relaxed);
                 pending.push((dev, off + from as u64, buf.clone(), from, end));
                 done.push(buf);
             }
@@ -205,13 +230,25 @@ fn release_pad(inner: &Inner, max_seq: u64) -> Result<()> {
         }
         let tail_batch_seq = s.batches.front().map(|b| b.1).unwrap_or(s.next_batch);
         s.hdr_seq += 1;
-        (PadHeader { hdr_seq: s.hdr_seq, pool_tag: inner.tag, tail: new_tail, tail_batch_seq }, new_tail)
+        (
+            PadHeader {
+                hdr_seq: s.hdr_seq,
+                pool_tag: inner.tag,
+                tail: new_tail,
+                tail_batch_seq,
+            },
+            new_tail,
+        )
     };
     let mut b = AlignedBuf::new(round_up(4096, 4096));
     b.copy_from_slice(&hdr.encode());
     let off = p.hdr_off + (hdr.hdr_seq % 2) * 4096;
-    p.dev.write_at(&b, off).map_err(|e| Error::io(&p.dev.info().path, "writing the pad header", e))?;
-    p.dev.sync().map_err(|e| Error::io(&p.dev.info().path, "syncing the pad header", e))?;
+    p.dev
+        .write_at(&b, off)
+        .map_err(|e| Error::io(&p.dev.info().path, "writing the pad header", e))?;
+    p.dev
+        .sync()
+        .map_err(|e| Error::io(&p.dev.info().path, "syncing the pad header", e))?;
     let mut s = p.st.lock();
     if new_tail > s.tail {
         s.tail = new_tail;

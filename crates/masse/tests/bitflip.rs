@@ -46,7 +46,10 @@ fn flipped_byte_in_capacity_tier() {
         other => panic!("corrupt record must be an error, got {other:?}"),
     }
     for i in (0..2000).filter(|&i| i != 77) {
-        assert_eq!(db.get(&key(i)).expect("others readable").as_deref(), Some(&value(i, 0, 300)[..]));
+        assert_eq!(
+            db.get(&key(i)).expect("others readable").as_deref(),
+            Some(&value(i, 0, 300)[..])
+        );
     }
     let rep = db.check().expect("check runs");
     assert!(!rep.is_clean(), "check must report the flipped byte");
@@ -64,16 +67,27 @@ fn flipped_byte_in_checkpoint_falls_back_to_scan() {
     let g = db.geometry().clone();
     db.close().expect("close (writes a checkpoint)");
     let db = Db::open(&p.config(), opts()).expect("open");
-    assert!(db.stats().recovery_source.starts_with("checkpoint"), "{}", db.stats().recovery_source);
+    assert!(
+        db.stats().recovery_source.starts_with("checkpoint"),
+        "{}",
+        db.stats().recovery_source
+    );
     db.close().expect("close");
     // Damage both checkpoint slots' payloads.
     for s in 0..2 {
-        flip(p.fast.as_ref().expect("fast"), g.ckpt_offset + s * g.ckpt_slot_size + 4096 + 100);
+        flip(
+            p.fast.as_ref().expect("fast"),
+            g.ckpt_offset + s * g.ckpt_slot_size + 4096 + 100,
+        );
     }
     let db = Db::open(&p.config(), opts()).expect("open without a usable checkpoint");
     assert_eq!(db.stats().recovery_source, "scan (clean shutdown)");
     for i in 0..3000 {
-        assert_eq!(db.get(&key(i)).expect("get").as_deref(), Some(&value(i, 0, 100)[..]), "key {i}");
+        assert_eq!(
+            db.get(&key(i)).expect("get").as_deref(),
+            Some(&value(i, 0, 100)[..]),
+            "key {i}"
+        );
     }
     db.close().expect("close");
 }

@@ -17,13 +17,31 @@ pub struct MemPool {
 
 impl MemPool {
     pub fn tiered(fast: u64, cap: u64) -> MemPool {
-        MemPool { fast: Some(MemDevice::new(fast)), caps: vec![MemDevice::new(cap)], mode: Mode::Tiered, segment: None, band: None }
+        MemPool {
+            fast: Some(MemDevice::new(fast)),
+            caps: vec![MemDevice::new(cap)],
+            mode: Mode::Tiered,
+            segment: None,
+            band: None,
+        }
     }
     pub fn capacity_only(cap: u64) -> MemPool {
-        MemPool { fast: None, caps: vec![MemDevice::new(cap)], mode: Mode::CapacityOnly, segment: None, band: None }
+        MemPool {
+            fast: None,
+            caps: vec![MemDevice::new(cap)],
+            mode: Mode::CapacityOnly,
+            segment: None,
+            band: None,
+        }
     }
     pub fn scm_only(cap: u64) -> MemPool {
-        MemPool { fast: None, caps: vec![MemDevice::new(cap)], mode: Mode::ScmOnly, segment: None, band: None }
+        MemPool {
+            fast: None,
+            caps: vec![MemDevice::new(cap)],
+            mode: Mode::ScmOnly,
+            segment: None,
+            band: None,
+        }
     }
     pub fn with_geometry(mut self, segment: u32, band: u64) -> MemPool {
         self.segment = Some(segment);
@@ -32,8 +50,15 @@ impl MemPool {
     }
     pub fn config(&self) -> PoolConfig {
         PoolConfig {
-            fast: self.fast.as_ref().map(|d| DeviceSpec::Device(Arc::new(d.clone()) as Arc<dyn Device>)),
-            capacity: self.caps.iter().map(|d| DeviceSpec::Device(Arc::new(d.clone()) as Arc<dyn Device>)).collect(),
+            fast: self
+                .fast
+                .as_ref()
+                .map(|d| DeviceSpec::Device(Arc::new(d.clone()) as Arc<dyn Device>)),
+            capacity: self
+                .caps
+                .iter()
+                .map(|d| DeviceSpec::Device(Arc::new(d.clone()) as Arc<dyn Device>))
+                .collect(),
             mode: Some(self.mode),
             segment_size: self.segment,
             band_size: self.band,
@@ -52,7 +77,10 @@ impl MemPool {
 }
 
 pub fn opts() -> Options {
-    Options { histograms: false, ..Options::default() }
+    Options {
+        histograms: false,
+        ..Options::default()
+    }
 }
 
 pub fn key(i: u64) -> Vec<u8> {

@@ -19,7 +19,8 @@ fn readers_and_writers() {
             for round in 0..3u64 {
                 for j in 0..per / 3 {
                     let k = t + threads * j;
-                    db.put(&key(k), &value(k, round, 50 + (k % 200) as usize)).expect("put");
+                    db.put(&key(k), &value(k, round, 50 + (k % 200) as usize))
+                        .expect("put");
                 }
             }
         }));
@@ -40,7 +41,10 @@ fn readers_and_writers() {
         h.join().expect("thread");
     }
     for k in 0..threads * per / 3 {
-        assert_eq!(db.get(&key(k)).expect("get").as_deref(), Some(&value(k, 2, 50 + (k % 200) as usize)[..]));
+        assert_eq!(
+            db.get(&key(k)).expect("get").as_deref(),
+            Some(&value(k, 2, 50 + (k % 200) as usize)[..])
+        );
     }
     let db = Arc::try_unwrap(db).ok().expect("sole owner");
     let rep = db.check().expect("check");

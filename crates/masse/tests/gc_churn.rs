@@ -22,10 +22,15 @@ fn churn(p: MemPool, value_len: usize, util: f64) {
         x ^= x << 17;
         let i = x % n;
         ver[i as usize] += 1;
-        db.put(&key(i), &value(i, ver[i as usize], value_len)).expect("overwrite under churn");
+        db.put(&key(i), &value(i, ver[i as usize], value_len))
+            .expect("overwrite under churn");
     }
     for i in 0..n {
-        assert_eq!(db.get(&key(i)).expect("get").as_deref(), Some(&value(i, ver[i as usize], value_len)[..]), "key {i}");
+        assert_eq!(
+            db.get(&key(i)).expect("get").as_deref(),
+            Some(&value(i, ver[i as usize], value_len)[..]),
+            "key {i}"
+        );
     }
     let st = db.stats();
     assert!(st.gc_bands_freed > 0, "GC must have run: {}", st.to_text());
@@ -33,13 +38,25 @@ fn churn(p: MemPool, value_len: usize, util: f64) {
     // padding the bands in use are > 90 % live, so greedy GC must move ~9 bytes per
     // user byte (1/(1-0.89)). Bound it well above that to catch runaway GC only.
     let raw = st.bands_total as f64 * st.band_size as f64;
-    assert!(st.live_bytes as f64 / raw > 0.70, "utilization {}", st.live_bytes as f64 / raw);
+    assert!(
+        st.live_bytes as f64 / raw > 0.70,
+        "utilization {}",
+        st.live_bytes as f64 / raw
+    );
     let gc_amp = st.gc_bytes_moved as f64 / st.user_bytes_written as f64;
-    assert!(gc_amp < 16.0, "GC moved {gc_amp:.2} bytes per user byte: {}", st.to_text());
+    assert!(
+        gc_amp < 16.0,
+        "GC moved {gc_amp:.2} bytes per user byte: {}",
+        st.to_text()
+    );
     // With a write pad the capacity tier sees only full segments, so host WAF ≈ 1 + GC.
     // Without one, every durable group commit also rewrites a 4 KiB tail block.
     if st.mode == "tiered" {
-        assert!(st.host_write_amplification < gc_amp * 1.3 + 2.0, "WAF {}", st.host_write_amplification);
+        assert!(
+            st.host_write_amplification < gc_amp * 1.3 + 2.0,
+            "WAF {}",
+            st.host_write_amplification
+        );
     }
     let rep = db.check().expect("check");
     assert!(rep.is_clean(), "{:?}", rep.errors);
@@ -47,17 +64,28 @@ fn churn(p: MemPool, value_len: usize, util: f64) {
     db.close().expect("close");
     let db = Db::open(&p.config(), opts()).expect("reopen");
     for i in (0..n).step_by(7) {
-        assert_eq!(db.get(&key(i)).expect("get").as_deref(), Some(&value(i, ver[i as usize], value_len)[..]));
+        assert_eq!(
+            db.get(&key(i)).expect("get").as_deref(),
+            Some(&value(i, ver[i as usize], value_len)[..])
+        );
     }
     db.close().expect("close");
 }
 
 #[test]
 fn tiered_90_percent() {
-    churn(MemPool::tiered(48 << 20, 24 << 20).with_geometry(32 << 10, 512 << 10), 200, 0.80);
+    churn(
+        MemPool::tiered(48 << 20, 24 << 20).with_geometry(32 << 10, 512 << 10),
+        200,
+        0.80,
+    );
 }
 
 #[test]
 fn capacity_only_90_percent() {
-    churn(MemPool::capacity_only(24 << 20).with_geometry(32 << 10, 512 << 10), 200, 0.80);
+    churn(
+        MemPool::capacity_only(24 << 20).with_geometry(32 << 10, 512 << 10),
+        200,
+        0.80,
+    );
 }

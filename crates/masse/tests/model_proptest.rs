@@ -51,7 +51,11 @@ fn run(p: MemPool, ops: Vec<Op>) {
                 assert_eq!(existed, model.remove(&k).is_some(), "delete result for {k}");
             }
             Op::Get(k) => {
-                assert_eq!(d.get(&key(k as u64)).expect("get"), model.get(&k).cloned(), "get {k}");
+                assert_eq!(
+                    d.get(&key(k as u64)).expect("get"),
+                    model.get(&k).cloned(),
+                    "get {k}"
+                );
             }
             Op::Batch(items) => {
                 let mut b = WriteBatch::new();
@@ -93,7 +97,11 @@ fn run(p: MemPool, ops: Vec<Op>) {
     }
     let d = db.take().expect("open");
     for (k, v) in &model {
-        assert_eq!(d.get(&key(*k as u64)).expect("get").as_ref(), Some(v), "final get {k}");
+        assert_eq!(
+            d.get(&key(*k as u64)).expect("get").as_ref(),
+            Some(v),
+            "final get {k}"
+        );
     }
     let n = d.iter().map(|r| r.expect("iter")).count();
     assert_eq!(n, model.len(), "iteration count");

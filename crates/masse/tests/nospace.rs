@@ -23,7 +23,11 @@ fn fill_delete_write_again() {
     assert!(n > 1000, "pool held only {n} records");
     // Everything acknowledged is intact.
     for i in 0..n {
-        assert_eq!(db.get(&key(i)).expect("get").as_deref(), Some(&value(i, 0, 1000)[..]), "key {i}");
+        assert_eq!(
+            db.get(&key(i)).expect("get").as_deref(),
+            Some(&value(i, 0, 1000)[..]),
+            "key {i}"
+        );
     }
     // Deletes work on a full pool.
     for i in (0..n).filter(|i| i % 2 == 0) {
@@ -31,10 +35,15 @@ fn fill_delete_write_again() {
     }
     // And space comes back.
     for i in 0..n / 4 {
-        db.put(&key(n + i), &value(n + i, 1, 1000)).expect("put after deletes");
+        db.put(&key(n + i), &value(n + i, 1, 1000))
+            .expect("put after deletes");
     }
     for i in 0..n {
-        let want = if i % 2 == 0 { None } else { Some(value(i, 0, 1000)) };
+        let want = if i % 2 == 0 {
+            None
+        } else {
+            Some(value(i, 0, 1000))
+        };
         assert_eq!(db.get(&key(i)).expect("get"), want, "key {i}");
     }
     let rep = db.check().expect("check");
@@ -42,6 +51,9 @@ fn fill_delete_write_again() {
     db.close().expect("close");
     let db = Db::open(&p.config(), opts()).expect("reopen");
     assert_eq!(db.get(&key(0)).expect("get"), None);
-    assert_eq!(db.get(&key(1)).expect("get").as_deref(), Some(&value(1, 0, 1000)[..]));
+    assert_eq!(
+        db.get(&key(1)).expect("get").as_deref(),
+        Some(&value(1, 0, 1000)[..])
+    );
     db.close().expect("close");
 }

@@ -14,24 +14,58 @@ fn spec(d: &MemDevice) -> DeviceSpec {
 fn refuses_what_is_not_its_own() {
     let a = MemPool::tiered(48 << 20, 32 << 20);
     let b = MemPool::tiered(48 << 20, 32 << 20);
-    Db::create(&a.config(), opts()).expect("create a").close().expect("close");
-    Db::create(&b.config(), opts()).expect("create b").close().expect("close");
+    Db::create(&a.config(), opts())
+        .expect("create a")
+        .close()
+        .expect("close");
+    Db::create(&b.config(), opts())
+        .expect("create b")
+        .close()
+        .expect("close");
     // Blank device.
     let blank = MemDevice::new(32 << 20);
-    let cfg = PoolConfig { fast: Some(spec(a.fast.as_ref().expect("f"))), capacity: vec![spec(&blank)], ..Default::default() };
-    assert!(matches!(Db::open(&cfg, opts()), Err(Error::NotMasse { .. })));
+    let cfg = PoolConfig {
+        fast: Some(spec(a.fast.as_ref().expect("f"))),
+        capacity: vec![spec(&blank)],
+        ..Default::default()
+    };
+    assert!(matches!(
+        Db::open(&cfg, opts()),
+        Err(Error::NotMasse { .. })
+    ));
     // Devices of two different pools.
-    let cfg = PoolConfig { fast: Some(spec(a.fast.as_ref().expect("f"))), capacity: vec![spec(&b.caps[0])], ..Default::default() };
+    let cfg = PoolConfig {
+        fast: Some(spec(a.fast.as_ref().expect("f"))),
+        capacity: vec![spec(&b.caps[0])],
+        ..Default::default()
+    };
     assert!(matches!(Db::open(&cfg, opts()), Err(Error::Mismatch(_))));
     // Missing fast device.
-    let cfg = PoolConfig { fast: None, capacity: vec![spec(&a.caps[0])], ..Default::default() };
-    assert!(matches!(Db::open(&cfg, opts()), Err(Error::MissingDevice(_))));
+    let cfg = PoolConfig {
+        fast: None,
+        capacity: vec![spec(&a.caps[0])],
+        ..Default::default()
+    };
+    assert!(matches!(
+        Db::open(&cfg, opts()),
+        Err(Error::MissingDevice(_))
+    ));
     // Roles swapped.
-    let cfg = PoolConfig { fast: Some(spec(&a.caps[0])), capacity: vec![spec(a.fast.as_ref().expect("f"))], ..Default::default() };
+    let cfg = PoolConfig {
+        fast: Some(spec(&a.caps[0])),
+        capacity: vec![spec(a.fast.as_ref().expect("f"))],
+        ..Default::default()
+    };
     assert!(matches!(Db::open(&cfg, opts()), Err(Error::Mismatch(_))));
     // Create over an existing pool is refused; force overwrites.
-    assert!(matches!(Db::create(&a.config(), opts()), Err(Error::AlreadyFormatted { .. })));
-    Db::create_force(&a.config(), opts()).expect("forced create").close().expect("close");
+    assert!(matches!(
+        Db::create(&a.config(), opts()),
+        Err(Error::AlreadyFormatted { .. })
+    ));
+    Db::create_force(&a.config(), opts())
+        .expect("forced create")
+        .close()
+        .expect("close");
     // A newer format version is refused, not misread.
     let dev = &b.caps[0];
     let mut blk = AlignedBuf::new(8192);
@@ -49,5 +83,8 @@ fn refuses_what_is_not_its_own() {
     dev.read_at(&mut blk, 0).expect("read");
     blk[100] ^= 1;
     dev.write_at(&blk, 0).expect("write");
-    Db::open(&a.config(), opts()).expect("second superblock copy").close().expect("close");
+    Db::open(&a.config(), opts())
+        .expect("second superblock copy")
+        .close()
+        .expect("close");
 }

@@ -6,7 +6,8 @@ use masse::Db;
 fn roundtrip(p: MemPool) {
     let db = Db::create(&p.config(), opts()).expect("create");
     for i in 0..2000u64 {
-        db.put(&key(i), &value(i, 0, (i % 300) as usize)).expect("put");
+        db.put(&key(i), &value(i, 0, (i % 300) as usize))
+            .expect("put");
     }
     db.put(b"empty", b"").expect("put empty");
     assert!(db.delete(&key(5)).expect("del"));
@@ -16,14 +17,21 @@ fn roundtrip(p: MemPool) {
         if i == 5 {
             assert_eq!(got, None);
         } else {
-            assert_eq!(got.as_deref(), Some(&value(i, 0, (i % 300) as usize)[..]), "key {i}");
+            assert_eq!(
+                got.as_deref(),
+                Some(&value(i, 0, (i % 300) as usize)[..]),
+                "key {i}"
+            );
         }
     }
     assert_eq!(db.get(b"empty").expect("get").as_deref(), Some(&b""[..]));
     db.close().expect("close");
     let db = Db::open(&p.config(), opts()).expect("reopen");
     assert_eq!(db.get(&key(5)).expect("get"), None);
-    assert_eq!(db.get(&key(7)).expect("get").as_deref(), Some(&value(7, 0, 7)[..]));
+    assert_eq!(
+        db.get(&key(7)).expect("get").as_deref(),
+        Some(&value(7, 0, 7)[..])
+    );
     for i in 2000..3000u64 {
         db.put(&key(i), &value(i, 1, 100)).expect("put");
     }
@@ -36,7 +44,11 @@ fn roundtrip(p: MemPool) {
         } else if i >= 2000 {
             assert_eq!(got.as_deref(), Some(&value(i, 1, 100)[..]), "key {i}");
         } else {
-            assert_eq!(got.as_deref(), Some(&value(i, 0, (i % 300) as usize)[..]), "key {i}");
+            assert_eq!(
+                got.as_deref(),
+                Some(&value(i, 0, (i % 300) as usize)[..]),
+                "key {i}"
+            );
         }
     }
     let rep = db.check().expect("check");

@@ -1,0 +1,108 @@
+//! Scenario: `masse demo` on temporary files runs its phases, verifies every
+//! value, prints a line per phase and the engine statistics, writes a JSON
+//! report, and removes its files.
+
+use std::process::Command;
+
+const MASSE: &str = env!("CARGO_BIN_EXE_masse");
+
+#[test]
+fn demo_runs_phases_and_prints_stats() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let work = dir.path().join("pool");
+    let json = dir.path().join("report.json");
+    let o = Command::new(MASSE)
+        .args([
+            "demo",
+            "--num",
+            "20000",
+            "--threads",
+            "2",
+            "--phases",
+            "fill,read,overwrite,verify",
+        ])
+        .args(["--fast-size", "128M", "--dir"])
+        .arg(&work)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run masse demo");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    eprintln!("stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(o.status.code(), Some(0), "demo failed");
+
+    for phase in ["fill", "read", "overwrite", "verify"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{phase} ")))
+            .unwrap_or_else(|| panic!("no line for phase {phase}"));
+        for field in [
+            "ops", "ops/s", "MB/s", "avg", "p50", "p99", "p99.9", "p99.99", "max",
+        ] {
+            assert!(line.contains(field), "phase line lacks {field:?}: {line}");
+        }
+        assert!(!line.contains("WRONG"), "{line}");
+    }
+    let verify = out
+        .lines()
+        .find(|l| l.starts_with("verify "))
+        .expect("verify line");
+    assert!(verify.contains("found 20000/20000"), "{verify}");
+    for stat in [
+        "host write amplification",
+        "bytes/key",
+        "write pad",
+        "device fast",
+        "device capacity",
+    ] {
+        assert!(out.contains(stat), "stats lack {stat:?}");
+    }
+    for header in ["command", "machine", "mode", "segment size", "band size"] {
+        assert!(out.contains(header), "header lacks {header:?}");
+    }
+
+    let j: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("JSON report written"))
+            .expect("report is JSON");
+    let phases = j["phases"].as_array().expect("phases array");
+    assert_eq!(phases.len(), 4);
+    assert_eq!(phases[0]["phase"], "fill");
+    assert_eq!(phases[0]["ops"], 20000);
+    assert_eq!(phases[3]["wrong_values"], 0);
+    assert_eq!(j["verified_ok"], true);
+    assert!(
+        j["stats"]["puts"].as_u64().is_some_and(|p| p >= 40000),
+        "fill + overwrite puts"
+    );
+
+    // Without --keep the pool files are gone (the fast-tier temp dir too).
+    let left: Vec<_> = std::fs::read_dir(&work)
+        .expect("--dir still exists")
+        .collect();
+    assert!(left.is_empty(), "demo left files behind: {left:?}");
+    if let Some(f) = j["workload"]["fast_path"].as_str() {
+        assert!(
+            !std::path::Path::new(f).exists(),
+            "fast-tier file {f} left behind"
+        );
+    }
+}
+
+#[test]
+fn demo_refuses_bad_arguments() {
+    for args in [
+        &["demo", "--num", "0"][..],
+        &["demo", "--num", "1e6", "--key-size", "4"],
+        &["demo", "--utilization", "1.5"],
+        &["demo", "--phases", "fill,bogus"],
+        &["demo", "--threads", "0"],
+    ] {
+        let o = Command::new(MASSE)
+            .args(args)
+            .output()
+            .expect("run masse demo");
+        assert_eq!(o.status.code(), Some(2), "{args:?} should be refused");
+        assert!(!o.stderr.is_empty());
+    }
+}
