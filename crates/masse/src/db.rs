@@ -149,8 +149,21 @@ pub(crate) enum Outcome {
 pub(crate) struct Req {
     pub recs: Vec<PRec>,
     pub class: Class,
-    done: Mutex<Option<Outcome>>,
+    state: Mutex<ReqState>,
     cv: Condvar,
+}
+
+#[derive(Default)]
+struct ReqState {
+    outcome: Option<Outcome>,
+    /// The previous leader handed group-commit leadership to this request's thread.
+    promoted: bool,
+}
+
+/// What a waiting caller is told.
+enum Wake {
+    Done(Outcome),
+    Lead,
 }
 
 impl Req {
@@ -158,19 +171,29 @@ impl Req {
         Arc::new(Req {
             recs,
             class,
-            done: Mutex::new(None),
+            state: Mutex::new(ReqState::default()),
             cv: Condvar::new(),
         })
     }
     fn complete(&self, o: Outcome) {
-        *self.done.lock() = Some(o);
+        self.state.lock().outcome = Some(o);
         self.cv.notify_all();
     }
-    fn wait(&self) -> Outcome {
-        let mut g = self.done.lock();
+    fn is_done(&self) -> bool {
+        self.state.lock().outcome.is_some()
+    }
+    fn promote(&self) {
+        self.state.lock().promoted = true;
+        self.cv.notify_all();
+    }
+    fn wait(&self) -> Wake {
+        let mut g = self.state.lock();
         loop {
-            if let Some(o) = g.take() {
-                return o;
+            if let Some(o) = g.outcome.take() {
+                return Wake::Done(o);
+            }
+            if std::mem::take(&mut g.promoted) {
+                return Wake::Lead;
             }
             self.cv.wait(&mut g);
         }
@@ -263,6 +286,8 @@ pub(crate) struct Inner {
     pub c: Counters,
     pub h: Histos,
     pub gc_lock: Mutex<()>,
+    /// Open iterators (each holds `gc_lock`).
+    pub iterators: AtomicU64,
     pub maint: (Mutex<bool>, Condvar),
     pub failed: Mutex<Option<String>>,
     pub ckpt_lock: Mutex<u64>,
@@ -449,6 +474,7 @@ impl Db {
             c: Counters::default(),
             h: Histos::new(),
             gc_lock: Mutex::new(()),
+            iterators: AtomicU64::new(0),
             maint: (Mutex::new(false), Condvar::new()),
             failed: Mutex::new(None),
             ckpt_lock: Mutex::new(0),
@@ -584,6 +610,7 @@ impl Db {
     /// Unordered iteration over live keys and values. Holds off GC while it lives,
     /// so records cannot move under it; writes made meanwhile may or may not be seen.
     pub fn iter(&self) -> Iter<'_> {
+        self.inner.iterators.fetch_add(1, SeqCst);
         let guard = self.inner.gc_lock.lock();
         Iter {
             db: self,
@@ -641,8 +668,9 @@ impl Db {
             let _ = t.join();
         }
         if clean && res.is_ok() && self.inner.check_failed().is_ok() {
+            // A new epoch in the other copy: the current copy is never rewritten in place.
             let e = EpochBlock {
-                epoch: self.inner.epoch,
+                epoch: self.inner.epoch + 1,
                 pool_tag: self.inner.tag,
                 clean: 1,
             };
@@ -688,6 +716,12 @@ pub struct Iter<'a> {
     shard: usize,
     locs: Vec<u64>,
     pos: usize,
+}
+
+impl Drop for Iter<'_> {
+    fn drop(&mut self) {
+        self.db.inner.iterators.fetch_sub(1, SeqCst);
+    }
 }
 
 impl Iterator for Iter<'_> {
@@ -800,22 +834,23 @@ impl Inner {
         }
     }
 
-    /// Queue requests; lead group commits while there is work; wait for all of them.
+    /// Queue requests as separate groups-to-be; wait for all of them, leading
+    /// group commits when handed the leadership.
     pub(crate) fn submit_all(&self, reqs: Vec<Arc<Req>>) -> Result<u32> {
-        if reqs.is_empty() {
+        let Some(last) = reqs.last().cloned() else {
             return Ok(0);
-        }
+        };
         let lead = {
             let mut q = self.queue.lock();
             q.reqs.extend(reqs.iter().cloned());
             !std::mem::replace(&mut q.leader, true)
         };
         if lead {
-            self.lead();
+            self.lead(&last);
         }
         let mut n = 0;
         for r in reqs {
-            match r.wait() {
+            match self.await_req(&r, &last) {
                 Outcome::Done(k) => n += k,
                 Outcome::Failed(m) => return Err(Error::Closed(m)),
                 Outcome::Stalled => {
@@ -828,7 +863,7 @@ impl Inner {
         Ok(n)
     }
 
-    /// Queue a request; lead group commits while there is work.
+    /// Queue a request and wait for it, leading group commits when handed the leadership.
     fn submit(&self, req: Arc<Req>) -> Outcome {
         let lead = {
             let mut q = self.queue.lock();
@@ -836,18 +871,34 @@ impl Inner {
             !std::mem::replace(&mut q.leader, true)
         };
         if lead {
-            self.lead();
+            self.lead(&req);
         }
-        req.wait()
+        self.await_req(&req, &req)
     }
 
-    fn lead(&self) {
+    fn await_req(&self, r: &Arc<Req>, mine: &Arc<Req>) -> Outcome {
+        loop {
+            match r.wait() {
+                Wake::Done(o) => return o,
+                Wake::Lead => self.lead(mine),
+            }
+        }
+    }
+
+    /// Run group commits until `mine` (the caller's last request; FIFO order means
+    /// all of the caller's requests) is done, then hand leadership to the oldest
+    /// waiting request, so no caller is kept leading other callers' writes.
+    fn lead(&self, mine: &Arc<Req>) {
         loop {
             let batch = {
                 let mut q = self.queue.lock();
                 if q.reqs.is_empty() {
                     q.leader = false;
-                    break;
+                    return;
+                }
+                if mine.is_done() {
+                    q.reqs[0].promote();
+                    return;
                 }
                 let max = self.opts.max_batch_bytes.min(self.max_group_bytes());
                 let mut total = 0usize;
@@ -867,7 +918,7 @@ impl Inner {
                 let m = e.to_string();
                 self.fail(format!("write path failed: {m}"));
                 for r in &batch {
-                    if r.done.lock().is_none() {
+                    if !r.is_done() {
                         r.complete(Outcome::Failed(m.clone()));
                     }
                 }
@@ -1054,7 +1105,7 @@ impl Inner {
                 s.pending = None;
             }
             if let Some(v) = pad_virt {
-                self.pad_write(p, v, &payload)?;
+                self.pad_write(p, v, &payload, stamped.iter().map(|g| g.len()).sum())?;
             }
             self.copy_into_segments(&placed, &stamped);
         } else {
@@ -1393,7 +1444,7 @@ impl Inner {
     }
 
     /// Write one group to the pad at `v` and make it durable.
-    fn pad_write(&self, p: &PadRing, v: u64, payload: &[u8]) -> Result<()> {
+    fn pad_write(&self, p: &PadRing, v: u64, payload: &[u8], nrec: usize) -> Result<()> {
         let total = round_up(BATCH_HEADER + payload.len(), 4096);
         let mut buf = AlignedBuf::new(total);
         buf[BATCH_HEADER..BATCH_HEADER + payload.len()].copy_from_slice(payload);
@@ -1404,7 +1455,7 @@ impl Inner {
             s.batches.push_back((v, bs));
             bs
         };
-        let nrec = 0;
+        let nrec = nrec as u32;
         encode_batch(
             &mut buf,
             &BatchHeader {
@@ -1455,6 +1506,7 @@ impl Inner {
                 }
                 // The entry is another key's (digest fingerprints collide): not found.
                 Ok(None) => return Ok(None),
+                Err(e @ Error::Io { .. }) => return Err(e),
                 Err(e) => {
                     self.c.corruptions.fetch_add(1, Relaxed);
                     return Err(Error::Corruption(format!(

@@ -268,11 +268,13 @@ impl Superblock {
             return SuperblockProbe::NotMasse("no masse superblock magic".into());
         }
         let version = le32(b, 8);
-        if version > FORMAT_VERSION {
-            return SuperblockProbe::TooNew(version);
-        }
+        // Checksum first: a flipped bit in the version field is damage, not a newer format.
+        // (Every format version keeps the magic, version and crc32c at these offsets.)
         if crc32c::crc32c(&b[16..SUPERBLOCK_SIZE]) != le32(b, 12) {
             return SuperblockProbe::NotMasse("superblock checksum mismatch".into());
+        }
+        if version > FORMAT_VERSION {
+            return SuperblockProbe::TooNew(version);
         }
         match Self::decode_fields(b, version) {
             Ok(sb) => SuperblockProbe::Found(sb),

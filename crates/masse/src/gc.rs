@@ -164,7 +164,18 @@ pub(crate) fn wait_for_space(inner: &Inner, class: Class, need: usize) -> Result
 
 /// One GC pass (serialised by `gc_lock`). `urgent` ignores the watermark.
 pub(crate) fn gc_pass(inner: &Inner, urgent: bool) -> Result<GcOutcome> {
-    let _g = inner.gc_lock.lock();
+    // An open iterator holds the GC lock for its whole life; a writer stalled
+    // behind it (perhaps on the iterator's own thread) must not wait forever.
+    let _g = loop {
+        if let Some(g) = inner.gc_lock.try_lock_for(Duration::from_millis(20)) {
+            break g;
+        }
+        if inner.iterators.load(Relaxed) > 0 {
+            return Err(Error::NoSpace(
+                "no free space, and an open iterator holds off GC".into(),
+            ));
+        }
+    };
     let payload = inner.layout.band_payload();
     let victim = {
         // Choose under the write state: a group commit applies its records to the

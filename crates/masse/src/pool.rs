@@ -73,10 +73,13 @@ fn probe(dev: &Arc<dyn Device>) -> Result<SuperblockProbe> {
     }
     let b = read_block(dev, 0, SUPERBLOCK_AREA as usize, "reading the superblock")?;
     let first = Superblock::decode(&b[..SUPERBLOCK_SIZE]);
-    if let SuperblockProbe::Found(_) | SuperblockProbe::TooNew(_) = first {
+    if let SuperblockProbe::Found(_) = first {
         return Ok(first);
     }
-    Ok(Superblock::decode(&b[SUPERBLOCK_SIZE..]))
+    match Superblock::decode(&b[SUPERBLOCK_SIZE..]) {
+        SuperblockProbe::NotMasse(_) if matches!(first, SuperblockProbe::TooNew(_)) => Ok(first),
+        second => Ok(second),
+    }
 }
 
 fn random_id() -> u128 {
@@ -122,13 +125,21 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
         .map(|s| s.open(&cfg.io))
         .collect::<Result<Vec<_>>>()?;
     for d in fast.iter().chain(caps.iter()) {
-        if let SuperblockProbe::Found(sb) = probe(d)? {
-            if !force {
+        match probe(d)? {
+            SuperblockProbe::Found(sb) if !force => {
                 return Err(Error::AlreadyFormatted {
                     path: d.info().path.clone().into(),
                     pool_id: sb.pool_id,
                 });
             }
+            SuperblockProbe::TooNew(v) if !force => {
+                return Err(Error::FormatTooNew {
+                    path: d.info().path.clone(),
+                    found: v,
+                    supported: FORMAT_VERSION,
+                });
+            }
+            _ => {}
         }
     }
     // The same file twice would be formatted twice and corrupt itself.
@@ -239,6 +250,11 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
         }
     };
     let band_size = round_down64(band_size, iu as u64);
+    if band_size < band_header_size as u64 + 8 * seg as u64 {
+        return Err(Error::InvalidConfig(format!(
+            "band size {band_size} must hold at least 8 segments of {seg} bytes plus a {band_header_size}-byte header"
+        )));
+    }
     if (band_size - band_header_size as u64) / (seg as u64) < 8 {
         return Err(Error::InvalidConfig(format!(
             "band size {band_size} must hold at least 8 segments of {seg} bytes (plus a {band_header_size}-byte header)"
@@ -311,16 +327,13 @@ fn format(pool: &Pool, cap_media: Media) -> Result<()> {
             tail: 0,
             tail_batch_seq: 1,
         };
-        write_block(
-            f,
-            EPOCH_OFFSET + EPOCH_AREA,
-            &h.encode(),
-            "formatting the pad",
-        )?;
+        // Copy `hdr_seq % 2` holds header `hdr_seq`, so the first update (seq 2)
+        // goes to the other copy and never overwrites the only valid one.
+        write_block(f, EPOCH_OFFSET + EPOCH_AREA, &zero, "formatting the pad")?;
         write_block(
             f,
             EPOCH_OFFSET + EPOCH_AREA + PAD_HEADER_SIZE,
-            &zero,
+            &h.encode(),
             "formatting the pad",
         )?;
         write_block(f, g.pad_offset, &zero, "formatting the pad")?;

@@ -208,6 +208,26 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
             i += k;
             written[p.band as usize] = written[p.band as usize].max(i);
             if is_partial {
+                // No valid summary: the write frontier, unless a later segment follows
+                // (then the summary was damaged and its records were parsed instead).
+                let next_follows = i < l.slots_per_band && {
+                    let mut nb = AlignedBuf::new(4096);
+                    dev.read_at(&mut nb, band_off + hdr + i * seg as u64)
+                        .is_ok()
+                        && SegmentHeader::decode(&nb).is_some_and(|n| {
+                            n.pool_tag == inner.tag && n.segment_seq > sh.segment_seq
+                        })
+                };
+                if next_follows {
+                    inner.c.corruptions.fetch_add(1, Relaxed);
+                    inner.recovery.lock().warnings.push(format!(
+                        "band {} slot {}: segment summary damaged; {} records recovered by parsing the segment",
+                        p.band,
+                        i - k,
+                        entries.len()
+                    ));
+                    continue;
+                }
                 if Some(p.band) == newest && k == 1 {
                     partial = Some((p.band, i - 1, sh, data, entries, used));
                 }
@@ -512,6 +532,9 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<bool> {
     let t0 = Instant::now();
     // Band table first, then replay_from: a slot that became durable in between is
     // then replayed once more, which is harmless; the other order could skip one.
+    // Under the write state: in capacity-only mode a segment is durable (and out of
+    // DRAM) before its group is applied to the index; no group may be half-applied here.
+    let ws = inner.ws.lock();
     let bands: Vec<BandRecord> = {
         let bt = inner.bands.lock();
         bt.bands
@@ -529,6 +552,7 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<bool> {
     let hint = inner.next_seg_hint.load(SeqCst);
     let in_dram = inner.bufs.read().values().map(|b| b.seq).min();
     let replay_from = in_dram.map_or(hint, |m| m.min(hint));
+    drop(ws);
 
     let seq = *last + 1;
     let slot_off = g.ckpt_offset + (seq % 2) * g.ckpt_slot_size;

@@ -66,17 +66,40 @@ fn refuses_what_is_not_its_own() {
         .expect("forced create")
         .close()
         .expect("close");
-    // A newer format version is refused, not misread.
+    // A newer format version (properly checksummed) is refused, not misread.
     let dev = &b.caps[0];
     let mut blk = AlignedBuf::new(8192);
     dev.read_at(&mut blk, 0).expect("read");
-    blk[8..12].copy_from_slice(&99u32.to_le_bytes());
-    blk[4096 + 8..4096 + 12].copy_from_slice(&99u32.to_le_bytes());
+    let pristine = blk.to_vec();
+    for copy in [0usize, 4096] {
+        blk[copy + 8..copy + 12].copy_from_slice(&99u32.to_le_bytes());
+        let crc = crc32c::crc32c(&blk[copy + 16..copy + 4096]);
+        blk[copy + 12..copy + 16].copy_from_slice(&crc.to_le_bytes());
+    }
     dev.write_at(&blk, 0).expect("write");
     match Db::open(&b.config(), opts()) {
         Err(Error::FormatTooNew { found: 99, .. }) => {}
         other => panic!("expected FormatTooNew, got {:?}", other.err()),
     }
+    // ...and create does not format over it without force.
+    let fresh_fast = MemDevice::new(48 << 20);
+    let cfg = PoolConfig {
+        fast: Some(spec(&fresh_fast)),
+        capacity: vec![spec(&b.caps[0])],
+        ..Default::default()
+    };
+    assert!(matches!(
+        Db::create(&cfg, opts()),
+        Err(Error::FormatTooNew { found: 99, .. })
+    ));
+    // A flipped bit in copy 0's version field is damage: copy 1 is used.
+    blk.copy_from_slice(&pristine);
+    blk[8] ^= 0x40;
+    dev.write_at(&blk, 0).expect("write");
+    Db::open(&b.config(), opts())
+        .expect("falls back to the second copy")
+        .close()
+        .expect("close");
     // One damaged superblock copy is tolerated.
     let dev = &a.caps[0];
     let mut blk = AlignedBuf::new(4096);

