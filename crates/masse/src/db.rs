@@ -266,6 +266,9 @@ pub(crate) struct Inner {
     pub index: Index,
     /// Live bytes per slot and per band.
     pub slot_live: Box<[AtomicU32]>,
+    /// Bytes of records placed in each slot (8-aligned lengths), for the status table:
+    /// death size = placed − live.
+    pub slot_placed: Box<[AtomicU32]>,
     pub band_live: Box<[AtomicU64]>,
     /// Live records per band (their summary entries cost space too).
     pub band_live_n: Box<[AtomicU32]>,
@@ -436,6 +439,7 @@ impl Db {
             epoch,
             index: Index::with_capacity(opts.expected_keys),
             slot_live: (0..nslots).map(|_| AtomicU32::new(0)).collect(),
+            slot_placed: (0..nslots).map(|_| AtomicU32::new(0)).collect(),
             band_live: (0..nbands).map(|_| AtomicU64::new(0)).collect(),
             band_live_n: (0..nbands).map(|_| AtomicU32::new(0)).collect(),
             band_pad: (0..nbands).map(|_| AtomicU64::new(0)).collect(),
@@ -679,6 +683,74 @@ impl Db {
         res
     }
 
+    /// The Segment Status Table (paper §2.6): per band its state and invalid bytes,
+    /// per segment its use state, free size and death (invalid) size.
+    pub fn band_status(&self) -> Vec<BandStatus> {
+        let inner = &self.inner;
+        let l = &inner.layout;
+        let (open_slot, open_free) = {
+            let ws = inner.ws.lock();
+            match ws.open.as_ref() {
+                Some(o) => (
+                    Some(o.buf.slot),
+                    (o.buf.size - o.used - (o.entries.len() + 1) * SUMMARY_ENTRY - SEG_FOOTER)
+                        as u32,
+                ),
+                None => (None, 0),
+            }
+        };
+        let bt = inner.bands.lock();
+        bt.bands
+            .iter()
+            .enumerate()
+            .map(|(b, info)| {
+                let first = l.first_slot(b as u32);
+                let segments = (0..l.slots_per_band)
+                    .map(|i| {
+                        let slot = first + i;
+                        let placed = inner.slot_placed[slot as usize].load(Relaxed);
+                        let live = inner.slot_live[slot as usize].load(Relaxed);
+                        let use_state = if Some(slot) == open_slot {
+                            "open"
+                        } else if info.state != BandState::Free
+                            && (i < info.written_slots || placed > 0)
+                        {
+                            "used"
+                        } else {
+                            "free"
+                        };
+                        SegmentStatus {
+                            slot,
+                            use_state,
+                            free_size: match use_state {
+                                "open" => open_free,
+                                "used" => 0,
+                                _ => l.seg as u32,
+                            },
+                            death_size: placed.saturating_sub(live),
+                        }
+                    })
+                    .collect::<Vec<_>>();
+                let live = inner.band_live[b].load(Relaxed);
+                BandStatus {
+                    band: b as u32,
+                    state: match info.state {
+                        BandState::Free => "free",
+                        BandState::Open => "open",
+                        BandState::Sealed => "sealed",
+                        BandState::Victim => "gc",
+                        BandState::Pinned => "pinned",
+                    },
+                    first_seq: info.first_seq,
+                    written_slots: info.written_slots,
+                    live_bytes: live,
+                    invalid_bytes: segments.iter().map(|s| s.death_size as u64).sum(),
+                    segments,
+                }
+            })
+            .collect()
+    }
+
     /// A snapshot of the engine's counters.
     pub fn stats(&self) -> Stats {
         self.inner.stats()
@@ -707,6 +779,38 @@ impl Drop for Db {
         // more is written; everything acknowledged is already durable.
         let _ = self.shutdown(false);
     }
+}
+
+/// One segment's row of the Segment Status Table.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SegmentStatus {
+    /// Global slot number.
+    pub slot: u64,
+    /// "free", "open" (receiving records) or "used".
+    pub use_state: &'static str,
+    /// Bytes still free for records (0 once sealed).
+    pub free_size: u32,
+    /// Bytes of records that were overwritten or deleted.
+    pub death_size: u32,
+}
+
+/// One band's row of the Segment Status Table.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BandStatus {
+    /// Band number.
+    pub band: u32,
+    /// "free", "open", "sealed", "gc" (being emptied) or "pinned" (holds an unreadable record).
+    pub state: &'static str,
+    /// Sequence number of the band's first segment.
+    pub first_seq: u64,
+    /// Segments durably written.
+    pub written_slots: u64,
+    /// Bytes of live records.
+    pub live_bytes: u64,
+    /// Bytes of dead records (the sum of the segments' death sizes).
+    pub invalid_bytes: u64,
+    /// Per-segment rows.
+    pub segments: Vec<SegmentStatus>,
 }
 
 /// Iterator returned by [`Db::iter`].
@@ -1282,6 +1386,7 @@ impl Inner {
                     self.band_pad[band].fetch_add((off - round_up(o.used, 8)) as u64, Relaxed);
                     self.band_nrec[band].fetch_add(1, Relaxed);
                     o.used = off + len8;
+                    self.slot_placed[o.buf.slot as usize].fetch_add(len8 as u32, Relaxed);
                     return Ok((o.buf.clone(), off));
                 }
                 if let Some(full) = ws.open.take() {
@@ -1297,6 +1402,7 @@ impl Inner {
         let mut o = self.new_segment(ws, k)?;
         new_segs.push(o.buf.seq);
         o.used = SEG_HEADER + len8;
+        self.slot_placed[o.buf.slot as usize].store(len8 as u32, Relaxed);
         let buf = o.buf.clone();
         ws.to_seal.push(o);
         Ok((buf, SEG_HEADER))
@@ -1329,6 +1435,10 @@ impl Inner {
             drop(bt);
             self.band_min_seq[b as usize].store(u64::MAX, Relaxed);
             self.band_pad[b as usize].store(0, Relaxed);
+            let first = self.layout.first_slot(b) as usize;
+            for u in &self.slot_placed[first..first + self.layout.slots_per_band as usize] {
+                u.store(0, Relaxed);
+            }
             self.band_nrec[b as usize].store(0, Relaxed);
             ws.cur_band = Some(b);
             ws.next_sib = 0;

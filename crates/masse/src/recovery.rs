@@ -116,6 +116,8 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
             Some(cb) => {
                 min_seq[b] = cb.min_seq;
                 written[b] = cb.written_slots as u64;
+                // Records placed in segments that are not replayed are not in the
+                // checkpoint; see the live-bytes fixup after replay below.
                 if first_seq >= replay_from {
                     0
                 } else {
@@ -190,6 +192,11 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
                 }
             };
             let slot = l.first_slot(p.band) + i;
+            let placed: u64 = entries
+                .iter()
+                .map(|e| round_up(e.len as usize, 8) as u64)
+                .sum();
+            inner.slot_placed[slot as usize].store(placed as u32, Relaxed);
             for e in &entries {
                 max_seq = max_seq.max(e.seq);
                 min_seq[p.band as usize] = min_seq[p.band as usize].min(e.seq);
@@ -272,6 +279,13 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
 
     // 7. Space accounting from the index.
     inner.index.for_each(|loc| inner.add_live(Loc(loc)));
+    // Segments known only from the checkpoint: count their live records as placed,
+    // so records that die from now on show up as death size.
+    for (placed, live) in inner.slot_placed.iter().zip(inner.slot_live.iter()) {
+        if placed.load(Relaxed) == 0 {
+            placed.store(live.load(Relaxed), Relaxed);
+        }
+    }
 
     // 8. Band table and write state.
     let mode = l.geo.mode;
