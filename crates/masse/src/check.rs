@@ -93,9 +93,7 @@ pub(crate) fn check(db: &Db) -> Result<CheckReport> {
                         Vec::new()
                     }
                 },
-                None => crate::recovery::parse_partial(&data, &sh)
-                    .map(|r| r.0)
-                    .unwrap_or_default(),
+                None => crate::recovery::parse_partial(&data, &sh).0,
             };
             for e in entries {
                 let o = e.offset as usize;

@@ -369,9 +369,11 @@ fn check_kv(key: &[u8], value: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Encode a caller's record. Its seq, segment tag and crc are stamped once by the
+/// group-commit leader (`stamp`), so no crc is computed here.
 fn encode_new(key: &[u8], value: &[u8], flags: u8) -> Vec<u8> {
     let mut b = vec![0u8; record_len(key.len(), value.len())];
-    encode_record(&mut b, 0, 0, flags, key, value);
+    encode_record_unsealed(&mut b, 0, 0, flags, key, value);
     b
 }
 
@@ -1070,6 +1072,10 @@ impl Inner {
         let mut take: Vec<(&Arc<Req>, Vec<usize>)> = Vec::with_capacity(batch.len());
         let mut group_bytes = 0usize;
         let mut group_need = 0u64;
+        // Which keys this group already writes; needed only to judge its deletes.
+        let has_deletes = batch
+            .iter()
+            .any(|r| r.recs.iter().any(|p| p.kind == Kind::Delete));
         let mut put_in_group: HashMap<Digest, bool> = HashMap::new();
         for r in batch {
             // Space is checked against everything this group already took.
@@ -1083,7 +1089,9 @@ impl Inner {
             for (i, p) in r.recs.iter().enumerate() {
                 let keep = match p.kind {
                     Kind::Put | Kind::Replay => {
-                        put_in_group.insert(p.digest, true);
+                        if has_deletes {
+                            put_in_group.insert(p.digest, true);
+                        }
                         true
                     }
                     Kind::Delete => {

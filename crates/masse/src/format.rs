@@ -441,6 +441,21 @@ pub fn record_len(key_len: usize, val_len: usize) -> usize {
 /// val_len u32 | key | value. The crc covers everything after itself, so a record
 /// copied to a segment with another tag must be re-encoded.
 pub fn encode_record(out: &mut [u8], seg_tag: u32, seq: u64, flags: u8, key: &[u8], value: &[u8]) {
+    encode_record_unsealed(out, seg_tag, seq, flags, key, value);
+    let crc = crc32c::crc32c(&out[4..]);
+    out[..4].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Like [`encode_record`] but leaves the crc zero, for a record whose seq and
+/// segment tag are stamped (and crc computed, by [`retag_record`]) later.
+pub fn encode_record_unsealed(
+    out: &mut [u8],
+    seg_tag: u32,
+    seq: u64,
+    flags: u8,
+    key: &[u8],
+    value: &[u8],
+) {
     debug_assert_eq!(out.len(), record_len(key.len(), value.len()));
     {
         let mut p = Put::new(out);
@@ -454,8 +469,6 @@ pub fn encode_record(out: &mut [u8], seg_tag: u32, seq: u64, flags: u8, key: &[u
         p.bytes(key);
         p.bytes(value);
     }
-    let crc = crc32c::crc32c(&out[4..]);
-    out[..4].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Re-stamp an encoded record with a new segment tag (recomputes the crc).

@@ -278,7 +278,6 @@ fn relocate_band(inner: &Inner, band: u32) -> Result<bool> {
     let mut chunk_len = 0u64;
     while slot_i < written {
         // Read the band in 4 MiB chunks; a multi-slot segment may extend a chunk.
-        let need_end = |n: u64| slot_i + n;
         if slot_i < chunk_start || slot_i >= chunk_start + chunk_len {
             let n = chunk_slots.min(written - slot_i);
             chunk = AlignedBuf::new(n as usize * seg);
@@ -294,34 +293,19 @@ fn relocate_band(inner: &Inner, band: u32) -> Result<bool> {
             continue;
         };
         let k = (sh.nslots.max(1)) as u64;
-        let segbuf: Vec<u8>;
+        // A multi-slot segment running past the chunk is read whole on its own.
+        let big: AlignedBuf;
         let segdata: &[u8] = if slot_i + k <= chunk_start + chunk_len {
             &chunk[rel..rel + k as usize * seg]
         } else {
             let mut b = AlignedBuf::new(k as usize * seg);
             dev.read_at(&mut b, band_off + hdr + slot_i * seg as u64)
                 .map_err(|e| Error::io(&dev.info().path, "GC reading a segment", e))?;
-            segbuf = b.to_vec();
-            &segbuf
+            big = b;
+            &big
         };
-        let _ = need_end;
         let slot = first + slot_i;
-        let entries = match decode_footer(segdata) {
-            Some(f) if f.segment_seq == sh.segment_seq && f.pool_tag == inner.tag => {
-                decode_summary(segdata, &f)
-            }
-            _ => crate::recovery::parse_partial(segdata, &sh).map(|(e, _)| e),
-        };
-        let entries = match entries {
-            Ok(e) => e,
-            Err(_) => {
-                // Summary unreadable: fall back to the records themselves.
-                match crate::recovery::parse_partial(segdata, &sh) {
-                    Ok((e, _)) => e,
-                    Err(_) => Vec::new(),
-                }
-            }
-        };
+        let (entries, _, _) = crate::recovery::segment_entries(segdata, &sh, inner.tag);
         for e in entries {
             let loc = Loc::new(slot, e.offset, e.len, e.tombstone);
             if inner.index.get(e.digest) != Some(loc.0) {

@@ -24,7 +24,7 @@ use xxhash_rust::xxh3::Xxh3;
 /// self-checking and carry the segment's tag, so stale bytes from an earlier use
 /// of the slot are never taken for records. Returns the entries and the end of
 /// the last record.
-pub(crate) fn parse_partial(seg: &[u8], sh: &SegmentHeader) -> Result<(Vec<SummaryEntry>, usize)> {
+pub(crate) fn parse_partial(seg: &[u8], sh: &SegmentHeader) -> (Vec<SummaryEntry>, usize) {
     let mut out = Vec::new();
     let mut off = SEG_HEADER;
     let mut end = SEG_HEADER;
@@ -54,7 +54,32 @@ pub(crate) fn parse_partial(seg: &[u8], sh: &SegmentHeader) -> Result<(Vec<Summa
         end = o + round_up(len, 8);
         off = end;
     }
-    Ok((out, end))
+    (out, end)
+}
+
+/// The records of one whole segment: from its summary when the footer and summary
+/// are valid, else by parsing the records themselves (a partly written segment,
+/// or a damaged summary). Returns the entries, the end of the record area, and
+/// whether the records had to be parsed.
+pub(crate) fn segment_entries(
+    seg: &[u8],
+    sh: &SegmentHeader,
+    pool_tag: u64,
+) -> (Vec<SummaryEntry>, usize, bool) {
+    let summary = decode_footer(seg)
+        .filter(|f| f.segment_seq == sh.segment_seq && f.pool_tag == pool_tag)
+        .and_then(|f| {
+            decode_summary(seg, &f)
+                .ok()
+                .map(|e| (e, f.data_len as usize))
+        });
+    match summary {
+        Some((e, used)) => (e, used, false),
+        None => {
+            let (e, used) = parse_partial(seg, sh);
+            (e, used, true)
+        }
+    }
 }
 
 struct BandPlan {
@@ -189,20 +214,7 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
                     .map_err(|e| Error::io(&dev.info().path, "recovery reading a segment", e))?;
                 b.to_vec()
             };
-            let full = decode_footer(&data)
-                .filter(|f| f.segment_seq == sh.segment_seq && f.pool_tag == inner.tag)
-                .and_then(|f| {
-                    decode_summary(&data, &f)
-                        .ok()
-                        .map(|e| (e, f.data_len as usize))
-                });
-            let (entries, used, is_partial) = match full {
-                Some((e, used)) => (e, used, false),
-                None => {
-                    let (e, used) = parse_partial(&data, &sh)?;
-                    (e, used, true)
-                }
-            };
+            let (entries, used, is_partial) = segment_entries(&data, &sh, inner.tag);
             let slot = l.first_slot(p.band) + i;
             let placed: u64 = entries
                 .iter()

@@ -6,7 +6,6 @@
 //! what those writes made redundant: DRAM segment buffers and write-pad space.
 
 use crate::db::{BandState, Inner, SegBuf};
-use crate::device::{round_up, AlignedBuf};
 use crate::error::{Error, Result};
 use crate::format::{BandHeader, PadHeader};
 use crossbeam_channel::Receiver;
@@ -240,15 +239,9 @@ fn release_pad(inner: &Inner, max_seq: u64) -> Result<()> {
             new_tail,
         )
     };
-    let mut b = AlignedBuf::new(round_up(4096, 4096));
-    b.copy_from_slice(&hdr.encode());
     let off = p.hdr_off + (hdr.hdr_seq % 2) * 4096;
-    p.dev
-        .write_at(&b, off)
-        .map_err(|e| Error::io(&p.dev.info().path, "writing the pad header", e))?;
-    p.dev
-        .sync()
-        .map_err(|e| Error::io(&p.dev.info().path, "syncing the pad header", e))?;
+    crate::pool::write_block(&p.dev, off, &hdr.encode(), "writing the pad header")?;
+    crate::pool::sync(&p.dev, "syncing the pad header")?;
     let mut s = p.st.lock();
     if new_tail > s.tail {
         s.tail = new_tail;
