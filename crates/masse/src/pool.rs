@@ -176,7 +176,13 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
         (None, None) if cap_media == Media::Scm => Mode::ScmOnly,
         (None, None) => Mode::CapacityOnly,
     };
+    let known_iu = caps
+        .iter()
+        .map(|d| d.info().indirection_unit)
+        .max()
+        .unwrap_or(0);
     let iu = cfg.iu.unwrap_or(match cap_media {
+        _ if known_iu.is_power_of_two() && (4096..=1 << 20).contains(&known_iu) => known_iu,
         Media::Qlc => 65536,
         _ => {
             let o = caps[0].info().optimal_io_size;
@@ -239,14 +245,41 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
         ckpt_slot = round_down64(cfg.checkpoint_size.unwrap_or(meta_cap / 32), 4096);
         data_start = round_up64(ckpt_offset + 2 * ckpt_slot, (iu as u64).max(1 << 20));
     }
+    // Bands start on a reclaim-unit boundary too, when the unit is known and small
+    // enough to leave room for data.
+    let known_ru = caps
+        .iter()
+        .map(|d| d.info().reclaim_unit)
+        .max()
+        .unwrap_or(0);
+    let data_start = if known_ru > 0 && known_ru <= min_cap / 64 {
+        data_start.div_ceil(known_ru) * known_ru // reclaim units need not be powers of two
+    } else {
+        data_start
+    };
     let usable = min_cap.saturating_sub(data_start);
     let band_size = match cfg.band_size {
         Some(b) => b,
         None => {
             let want = 64u64 << 20;
             let cap_limited = round_down64(usable / 16, seg as u64);
-            want.min(cap_limited)
-                .max(band_header_size as u64 + 8 * seg as u64)
+            let b = want
+                .min(cap_limited)
+                .max(band_header_size as u64 + 8 * seg as u64);
+            // A band that is a whole number of the drive's reclaim units lets the
+            // drive erase a freed band without relocating anything (device WAF ≈ 1).
+            match known_ru {
+                0 => b,
+                ru => {
+                    let ru = ru.div_ceil(iu as u64) * iu as u64;
+                    let n = (b / ru).max(1);
+                    if n * ru <= usable / 4 {
+                        n * ru
+                    } else {
+                        b
+                    }
+                }
+            }
         }
     };
     let band_size = round_down64(band_size, iu as u64);

@@ -666,6 +666,10 @@ impl FileDevice {
                 direct_io: direct,
                 block_device,
                 rotational,
+                // Linux does not expose either; `masse probe` fills them in
+                // from its table of known drive models.
+                indirection_unit: 0,
+                reclaim_unit: 0,
             },
             path: path.to_path_buf(),
             file,

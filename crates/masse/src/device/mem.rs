@@ -107,6 +107,8 @@ impl MemDevice {
                     direct_io: true,
                     block_device: false,
                     rotational: false,
+                    indirection_unit: 0,
+                    reclaim_unit: 0,
                 },
                 counters: IoCounters::default(),
                 chunks,
@@ -116,6 +118,23 @@ impl MemDevice {
                 fail_reads: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// The same device, describing itself as a drive of `media` with the given
+    /// indirection and reclaim units (0 = unknown), as an emulated or probed
+    /// drive would. Must be called before the device is shared.
+    pub fn with_drive(
+        mut self,
+        media: Media,
+        indirection_unit: u32,
+        reclaim_unit: u64,
+    ) -> MemDevice {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.info.media = media;
+            inner.info.indirection_unit = indirection_unit;
+            inner.info.reclaim_unit = reclaim_unit;
+        }
+        self
     }
 
     /// Simulate a power loss: every write and discard since the last successful

@@ -136,6 +136,14 @@ pub struct DeviceInfo {
     pub block_device: bool,
     /// Whether the system reports the device as rotational.
     pub rotational: bool,
+    /// The drive's indirection unit (FTL mapping granularity) in bytes, when
+    /// known (an emulated drive, a drive from the known-model table); 0 when
+    /// unknown. Segments are always a multiple of it.
+    pub indirection_unit: u32,
+    /// The drive's reclaim unit (erase block / superblock the FTL frees at
+    /// once) in bytes, when known; 0 when unknown. LBands default to a multiple
+    /// of it, so freeing a band frees whole reclaim units inside the drive.
+    pub reclaim_unit: u64,
 }
 
 /// Cumulative I/O counters of one device.
