@@ -6,6 +6,7 @@
 //! what those writes made redundant: DRAM segment buffers and write-pad space.
 
 use crate::db::{BandState, Inner, SegBuf};
+use crate::device::AlignedBuf;
 use crate::error::{Error, Result};
 use crate::format::{BandHeader, PadHeader};
 use crossbeam_channel::Receiver;
@@ -30,6 +31,9 @@ pub(crate) enum WMsg {
         from: usize,
         to: usize,
     },
+    /// Overwrite whole 4 KiB pages of a capacity device in place (scm-only
+    /// updates): `(device, offset, page image)`.
+    InPlace(Vec<(usize, u64, AlignedBuf)>),
     /// Completes once everything sent before it is durable.
     Barrier(Arc<Waiter>),
 }
@@ -154,6 +158,15 @@ fn burst(inner: &Inner, msgs: &mut Vec<WMsg>) -> Result<()> {
                 d.write_at(&g[from..to], off + from as u64)
                     .map_err(|e| Error::io(&d.info().path, "flushing the open segment", e))?;
                 touched[dev] = true;
+            }
+            WMsg::InPlace(pages) => {
+                flush_pending(&mut pending)?;
+                for (dev, off, page) in &pages {
+                    let d = &inner.pool.caps[*dev];
+                    d.write_at(page, *off)
+                        .map_err(|e| Error::io(&d.info().path, "updating a record in place", e))?;
+                    touched[*dev] = true;
+                }
             }
             WMsg::Barrier(w) => waiters.push(w),
         }
