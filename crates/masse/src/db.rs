@@ -300,6 +300,34 @@ pub(crate) struct Inner {
     /// overwritten. A read that fails its checksum while this moved raced an
     /// in-place update (it may have seen half a page) and is retried.
     pub inplace_gen: AtomicU64,
+    /// What background work is running right now, for [`Db::activity`].
+    pub gc_active: AtomicBool,
+    pub ckpt_active: AtomicBool,
+}
+
+/// Sets a flag for as long as it lives (cleared on every exit path).
+pub(crate) struct ActiveFlag<'a>(&'a AtomicBool);
+
+impl<'a> ActiveFlag<'a> {
+    pub fn set(f: &'a AtomicBool) -> ActiveFlag<'a> {
+        f.store(true, SeqCst);
+        ActiveFlag(f)
+    }
+}
+
+impl Drop for ActiveFlag<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, SeqCst);
+    }
+}
+
+/// Background work running at one instant (see [`Db::activity`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Activity {
+    /// A GC pass is choosing or emptying a band.
+    pub gc: bool,
+    /// An index checkpoint is being written.
+    pub checkpoint: bool,
 }
 
 // ---------------------------------------------------------------------------
@@ -491,6 +519,8 @@ impl Db {
             bytes_since_ckpt: AtomicU64::new(0),
             recovery: Mutex::new(RecoveryInfo::default()),
             inplace_gen: AtomicU64::new(0),
+            gc_active: AtomicBool::new(false),
+            ckpt_active: AtomicBool::new(false),
             layout,
             pool,
             opts,
@@ -766,6 +796,15 @@ impl Db {
     /// Reset the latency histograms (e.g. between benchmark phases).
     pub fn reset_latency(&self) {
         self.inner.h.reset();
+    }
+
+    /// What background work is running at this instant: for crash-test harnesses
+    /// that want to know what a kill interrupted, and for monitoring.
+    pub fn activity(&self) -> Activity {
+        Activity {
+            gc: self.inner.gc_active.load(SeqCst),
+            checkpoint: self.inner.ckpt_active.load(SeqCst),
+        }
     }
 
     /// The pool geometry.
