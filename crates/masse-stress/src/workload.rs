@@ -87,7 +87,7 @@ pub struct RunReport {
     pub gets: u64,
     /// Full iterations checked.
     pub iterations: u64,
-    /// Writes refused with `NoSpace` (not applied; allowed).
+    /// Writes refused with `NoSpace` or `TooLarge` (not applied; allowed).
     pub no_space: u64,
     /// Errors that ended a worker (fault runs only).
     pub errors: u64,
@@ -200,7 +200,9 @@ pub fn run(
 /// (NoSpace), `Ok(false)` = stop quietly (fault runs), `Err` = fail the run.
 fn on_write_error(e: &Error, cfg: &RunConfig, what: &str) -> Result<bool, Violation> {
     match e {
-        Error::NoSpace(_) => Ok(true),
+        // Refused before anything was written: the pool is full, or the record or
+        // batch is larger than this pool's geometry can store atomically.
+        Error::NoSpace(_) | Error::TooLarge { .. } => Ok(true),
         _ if cfg.tolerate_errors => Ok(false),
         _ => Err(Violation(format!("{what} failed: {e}"))),
     }

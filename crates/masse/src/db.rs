@@ -576,6 +576,7 @@ impl Db {
             bytes: encode_new(key, value, 0),
             kind: Kind::Put,
         };
+        self.inner.check_record_fits(rec.bytes.len())?;
         self.inner.write(vec![rec], Class::User)?;
         self.inner.c.puts.fetch_add(1, Relaxed);
         self.inner
@@ -615,9 +616,14 @@ impl Db {
         let max = self.inner.max_group_bytes();
         let total: usize = batch.recs.iter().map(|r| round_up(r.bytes.len(), 8)).sum();
         if total > max {
-            return Err(Error::InvalidConfig(format!(
-                "write batch of {total} bytes exceeds the largest atomic group ({max} bytes)"
-            )));
+            return Err(Error::TooLarge {
+                what: "write batch",
+                len: total,
+                max,
+            });
+        }
+        for r in &batch.recs {
+            self.inner.check_record_fits(r.bytes.len())?;
         }
         let (n, bytes, deletes) = (batch.recs.len() as u64, batch.bytes, batch.deletes);
         self.inner.write(batch.recs, class)?;
@@ -954,6 +960,27 @@ impl Inner {
         let w = writer::Waiter::new();
         self.send(WMsg::Barrier(w.clone()))?;
         w.wait()
+    }
+
+    /// Largest encoded record this pool can place: one band's segments, less the
+    /// segment header, footer and one summary entry. Checked before a record
+    /// reaches the group commit, where a misfit would fail the whole database.
+    pub(crate) fn max_record_bytes(&self) -> usize {
+        let band = (self.layout.slots_per_band * self.layout.seg) as usize;
+        let room = band.saturating_sub(SEG_HEADER + SEG_FOOTER + SUMMARY_ENTRY + MAX_STRADDLE_PAD);
+        room.min(self.max_group_bytes())
+    }
+
+    pub(crate) fn check_record_fits(&self, len: usize) -> Result<()> {
+        let max = self.max_record_bytes();
+        if round_up(len, 8) > max {
+            return Err(Error::TooLarge {
+                what: "record",
+                len,
+                max,
+            });
+        }
+        Ok(())
     }
 
     /// Largest group the pad can always take.
