@@ -197,7 +197,7 @@ pub struct LoopReport {
     pub seconds: f64,
 }
 
-/// Runs `cycles` kill cycles. `child_cmd(seed, final)` builds the command of one
+/// Runs `cycles` kill cycles (fewer if `deadline` passes first). `child_cmd(seed, final)` builds the command of one
 /// child (the stress subcommand on the same pool with that seed); the final one
 /// must verify and exit 0. `max_delay` bounds the time before a kill (the delay
 /// is log-uniform from 2 ms, so some kills land while the child recovers).
@@ -208,29 +208,51 @@ pub fn crash_loop(
     max_delay: Duration,
     mut child_cmd: impl FnMut(u64, bool) -> Command,
     mut progress: impl FnMut(u64, &LoopReport),
+    deadline: Option<Instant>,
 ) -> Result<LoopReport, String> {
     let t0 = Instant::now();
     let mut rng = Rng::new(seed);
     let mut rep = LoopReport::default();
     for cycle in 0..cycles {
-        let lo = 2.0f64.ln();
-        let hi = (max_delay.as_millis().max(3) as f64).ln();
-        let delay = Duration::from_micros(
-            ((lo + (hi - lo) * (rng.below(1 << 20) as f64 / (1 << 20) as f64)).exp() * 1000.0)
-                as u64,
-        );
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+        // One kill in four lands early (log-uniform 2–300 ms after the start: opening,
+        // recovery, verification); the others a uniform time into the random work.
+        let frac = |rng: &mut Rng| rng.below(1 << 20) as f64 / (1 << 20) as f64;
+        let early = rng.below(4) == 0;
+        let delay = if early {
+            let (lo, hi) = (2.0f64.ln(), 300.0f64.ln());
+            Duration::from_micros(((lo + (hi - lo) * frac(&mut rng)).exp() * 1000.0) as u64)
+        } else {
+            max_delay.mul_f64(frac(&mut rng))
+        };
         let child_seed = seed.wrapping_mul(7919).wrapping_add(cycle + 1);
         let mut cmd = child_cmd(child_seed, false);
         cmd.stdout(Stdio::null()).stderr(Stdio::piped());
         let mut ch = cmd
             .spawn()
             .map_err(|e| format!("starting a stress child: {e}"))?;
-        let until = Instant::now() + delay;
+        let started = Instant::now();
+        let mut until = if early { Some(started + delay) } else { None };
         let mut exited = None;
-        while Instant::now() < until {
+        loop {
             if let Some(st) = ch.try_wait().map_err(|e| e.to_string())? {
                 exited = Some(st);
                 break;
+            }
+            match until {
+                Some(u) if Instant::now() >= u => break,
+                Some(_) => {}
+                None => {
+                    // Wait for the child to reach its random work (bounded, in case it
+                    // never does: then it is killed wherever it is).
+                    let running = Oracle::open(&pool.oracle_path())
+                        .is_ok_and(|o| o.phase() == Phase::Running);
+                    if running || started.elapsed() > Duration::from_secs(30) {
+                        until = Some(Instant::now() + delay);
+                    }
+                }
             }
             std::thread::sleep(Duration::from_micros(500));
         }

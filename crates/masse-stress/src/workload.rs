@@ -65,7 +65,7 @@ impl Default for RunConfig {
             duration: Duration::from_secs(10),
             max_ops: 0,
             seed: 1,
-            checkpoint_every: Duration::from_millis(300),
+            checkpoint_every: Duration::from_millis(100),
             write_percent: 60,
             tolerate_errors: false,
         }
