@@ -156,6 +156,72 @@ pub fn pool_image(data: &[u8]) {
     let _ = db.close();
 }
 
+/// Seed inputs per target, made from real encodings: records, slices of the
+/// template pool (superblock, epoch and band headers, segments, the checkpoint
+/// slot) and patch lists for the pool image. Written to `fuzz/corpus/` by the
+/// ignored test `write_seed_corpus`; also run directly by the corpus test.
+pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let mut out: Vec<(&'static str, Vec<u8>)> = Vec::new();
+    for (k, v) in [
+        (&b"k"[..], &b""[..]),
+        (b"key-1", b"value"),
+        (&[0xffu8; 64][..], &[7u8; 300][..]),
+    ] {
+        let mut r = vec![0u8; record_len(k.len(), v.len())];
+        encode_record(&mut r, 0x1234_5678, 42, 0, k, v);
+        out.push(("record", r.clone()));
+        r[RECORD_HEADER] ^= 1; // bad crc
+        out.push(("record", r));
+    }
+    let img = template();
+    let sb = img[..4096].to_vec();
+    out.push(("superblock", sb));
+    // Geometry of the template, to slice it (see `pool_config`).
+    let dev = MemDevice::new(POOL_IMAGE_SIZE);
+    if let Ok(db) = Db::create(&pool_config(&dev), opts()) {
+        let g = db.geometry().clone();
+        let _ = db.close();
+        let at =
+            |off: u64, len: usize| img[off as usize..(off as usize + len).min(img.len())].to_vec();
+        out.push(("metadata", at(4096, 4096)));
+        out.push(("metadata", at(8192, 4096)));
+        out.push(("metadata", at(g.data_start, 4096)));
+        out.push(("metadata", at(g.ckpt_offset, 4096)));
+        let seg = g.segment_size as u64;
+        for i in 0..3u64 {
+            out.push((
+                "segment",
+                at(
+                    g.data_start + g.band_header_size as u64 + i * seg,
+                    seg as usize,
+                ),
+            ));
+        }
+        // Patch lists: a byte in the superblock, the band header, a segment, the checkpoint.
+        for off in [
+            16u64,
+            g.data_start + 8,
+            g.data_start + g.band_header_size as u64 + 100,
+            g.ckpt_offset + 64,
+        ] {
+            let mut p = (off as u32).to_le_bytes().to_vec();
+            p.push(1);
+            p.push(0x5a);
+            out.push(("pool_image", p));
+        }
+    }
+    let idx = Index::with_shards(4, 0);
+    for i in 1..50u128 {
+        let _ = idx.insert(
+            i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834),
+            i as u64,
+        );
+    }
+    out.push(("index_image", idx.shard_image(1)));
+    out.push(("pool_image", Vec::new()));
+    out
+}
+
 /// Every target by name, for the corpus runner and the fuzz binaries.
 pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("record", record),
