@@ -485,7 +485,7 @@ pub fn verify(db: &Db, o: &Oracle) -> VerifyReport {
             pending
         } else {
             rep.violations.push(format!(
-                "key {i}: found {} but the last acknowledged version is {acked}{}",
+                "key {i}: found {} but the last acknowledged version is {acked}{} [records: {}]",
                 describe(i, got.as_deref()),
                 if pending == NONE {
                     String::new()
@@ -493,7 +493,10 @@ pub fn verify(db: &Db, o: &Oracle) -> VerifyReport {
                     " (a delete was in flight)".into()
                 } else {
                     format!(" (version {pending} was in flight)")
-                }
+                },
+                db.trace_key(&key(i))
+                    .map(|t| t.join("; "))
+                    .unwrap_or_else(|e| e.to_string())
             ));
             continue;
         };

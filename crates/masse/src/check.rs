@@ -156,3 +156,92 @@ pub(crate) fn check(db: &Db) -> Result<CheckReport> {
     }
     Ok(rep)
 }
+
+/// Every record of `key` still on the capacity tier, oldest band first — for
+/// diagnosing a crash test failure (which version recovery chose, and why).
+pub(crate) fn trace_key(db: &Db, key: &[u8]) -> Result<Vec<String>> {
+    let inner = &db.inner;
+    let l = &inner.layout;
+    let seg = l.seg as usize;
+    let d = digest(key);
+    let cur = inner.index.get(d);
+    let mut out = vec![format!(
+        "index: {}",
+        match cur {
+            Some(c) => {
+                let c = Loc(c);
+                format!(
+                    "slot {} offset {} tombstone {}",
+                    c.slot(),
+                    c.offset(),
+                    c.is_tombstone()
+                )
+            }
+            None => "absent".into(),
+        }
+    )];
+    let bands: Vec<(u32, u64, u64, BandState)> = {
+        let bt = inner.bands.lock();
+        let mut v: Vec<_> = bt
+            .bands
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.state != BandState::Free)
+            .map(|(i, b)| (i as u32, b.written_slots, b.first_seq, b.state))
+            .collect();
+        v.sort_by_key(|b| b.2);
+        v
+    };
+    for (band, written, first_seq, state) in bands {
+        let (dev_i, off) = l.band_addr(band);
+        let dev = &inner.pool.caps[dev_i];
+        let hdr = l.geo.band_header_size as u64;
+        let mut i = 0;
+        while i < written {
+            let slot = l.first_slot(band) + i;
+            let dram = inner.bufs.read().get(&slot).cloned();
+            let data: Vec<u8> = match &dram {
+                Some(b) => b.data.read().to_vec(),
+                None => {
+                    let mut b = AlignedBuf::new(seg);
+                    dev.read_at(&mut b, off + hdr + i * seg as u64)
+                        .map_err(|e| Error::io(&dev.info().path, "tracing a key", e))?;
+                    let k = SegmentHeader::decode(&b)
+                        .map(|h| h.nslots.max(1) as u64)
+                        .unwrap_or(1);
+                    if k > 1 {
+                        let mut bb = AlignedBuf::new(k as usize * seg);
+                        dev.read_at(&mut bb, off + hdr + i * seg as u64)
+                            .map_err(|e| Error::io(&dev.info().path, "tracing a key", e))?;
+                        bb.to_vec()
+                    } else {
+                        b.to_vec()
+                    }
+                }
+            };
+            let Some(sh) = SegmentHeader::decode(&data) else {
+                i += 1;
+                continue;
+            };
+            let k = sh.nslots.max(1) as u64;
+            let (entries, _, parsed) = crate::recovery::segment_entries(&data, &sh, inner.tag);
+            for e in entries.iter().filter(|e| e.digest == d) {
+                let here = Loc::new(slot, e.offset, e.len, e.tombstone);
+                out.push(format!(
+                    "band {band} ({state:?}, first_seq {first_seq}) slot {slot} (seg seq {}{}{}) offset {} len {} seq {} tombstone {} more {}{}",
+                    sh.segment_seq,
+                    if parsed { ", no summary" } else { "" },
+                    if dram.is_some() { ", in DRAM" } else { "" },
+                    e.offset,
+                    e.len,
+                    e.seq,
+                    e.tombstone,
+                    e.more,
+                    if cur == Some(here.0) { "  <- index" } else { "" }
+                ));
+            }
+            i += k;
+        }
+    }
+    Ok(out)
+}

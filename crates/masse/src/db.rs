@@ -804,6 +804,12 @@ impl Db {
         self.inner.h.reset();
     }
 
+    /// Every record of `key` still in the pool (band, segment, offset, seq,
+    /// tombstone, which one the index points at): a diagnostic for crash tests.
+    pub fn trace_key(&self, key: &[u8]) -> Result<Vec<String>> {
+        crate::check::trace_key(self, key)
+    }
+
     /// What background work is running at this instant: for crash-test harnesses
     /// that want to know what a kill interrupted, and for monitoring.
     pub fn activity(&self) -> Activity {
@@ -1978,7 +1984,7 @@ impl Inner {
 }
 
 /// Most padding a small record may leave behind to avoid straddling a 4 KiB block.
-const MAX_STRADDLE_PAD: usize = 512;
+pub(crate) const MAX_STRADDLE_PAD: usize = 512;
 
 /// Where one record of a group went.
 struct Placed {

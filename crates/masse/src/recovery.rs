@@ -35,8 +35,11 @@ pub(crate) fn parse_partial(seg: &[u8], sh: &SegmentHeader) -> (Vec<SummaryEntry
     };
     while off + RECORD_HEADER <= seg.len() {
         let found = try_at(off).map(|r| (off, r)).or_else(|| {
+            // Placement skips to the next 4 KiB page only over a short gap (the
+            // straddle rule); a longer gap is not the writer's and ends the parse.
             let a = round_up(off, 4096);
-            if a != off && a + RECORD_HEADER <= seg.len() {
+            if a != off && a - off <= crate::db::MAX_STRADDLE_PAD && a + RECORD_HEADER <= seg.len()
+            {
                 try_at(a).map(|r| (a, r))
             } else {
                 None
@@ -345,6 +348,23 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
             let mut buf = AlignedBuf::new(seg);
             buf.copy_from_slice(&data[..seg]);
             let slot = l.first_slot(band) + sib;
+            // Past `used` lie the remains of the write the crash interrupted: a torn
+            // record, and perhaps whole records behind it that carry this segment's
+            // tag. Once new records fill the gap, a later recovery would parse on
+            // into them and bring back writes that were never acknowledged. Erase
+            // them, on the device too, before anything new is appended.
+            buf[used..].fill(0);
+            let from = used / 4096 * 4096;
+            let (dev, base) = l.slot_addr(slot);
+            let d = &inner.pool.caps[dev];
+            d.write_at(&buf[from..], base + from as u64).map_err(|e| {
+                Error::io(
+                    &d.info().path,
+                    "erasing the torn tail of the open segment",
+                    e,
+                )
+            })?;
+            crate::pool::sync(d, "erasing the torn tail of the open segment")?;
             let sb = Arc::new(SegBuf {
                 size: seg,
                 slot,
