@@ -24,6 +24,9 @@ use xxhash_rust::xxh3::Xxh3;
 /// self-checking and carry the segment's tag, so stale bytes from an earlier use
 /// of the slot are never taken for records. Returns the entries and the end of
 /// the last record.
+/// Sequence numbers skipped at every open (see the group rule in the scan).
+const SEQ_GAP_AT_OPEN: u64 = 1 << 20;
+
 pub(crate) fn parse_partial(seg: &[u8], sh: &SegmentHeader) -> (Vec<SummaryEntry>, usize) {
     let mut out = Vec::new();
     let mut off = SEG_HEADER;
@@ -171,6 +174,8 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
     let mut max_seq = ck_next_seq.saturating_sub(1);
     let mut segments = 0u64;
     let mut group: Vec<(Digest, Loc)> = Vec::new();
+    // The records of one atomic group carry consecutive sequence numbers.
+    let mut group_last_seq = 0u64;
     let mut partial: Option<(u32, u64, SegmentHeader, Vec<u8>, Vec<SummaryEntry>, usize)> = None;
     let seg = l.seg as usize;
     let newest = plans.last().map(|p| p.band);
@@ -227,6 +232,13 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
             for e in &entries {
                 max_seq = max_seq.max(e.seq);
                 min_seq[p.band as usize] = min_seq[p.band as usize].min(e.seq);
+                // A pending group whose next record does not follow it is a group
+                // a crash cut short (its last record never reached the device): it
+                // is not applied, and must not be completed by later records.
+                if !group.is_empty() && e.seq != group_last_seq + 1 {
+                    group.clear();
+                }
+                group_last_seq = e.seq;
                 group.push((e.digest, Loc::new(slot, e.offset, e.len, e.tombstone)));
                 if !e.more {
                     for (d, loc) in group.drain(..) {
@@ -388,7 +400,9 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
             });
         }
     }
-    ws.next_seq = max_seq + 1;
+    // Leave a gap, so no record of this run follows on from a group of the last run
+    // that a crash cut short (recovery tells groups apart by consecutive seqs).
+    ws.next_seq = max_seq + 1 + SEQ_GAP_AT_OPEN;
     inner.seq_hint.store(ws.next_seq, SeqCst);
     inner.next_seg_hint.store(ws.next_seg, SeqCst);
     drop(ws);
