@@ -409,7 +409,9 @@ fn rebuild(old: &[Slot], cap: usize) -> Box<[Slot]> {
 
 /// Largest entry count allowed in a table of `cap` slots.
 fn max_len_for(cap: usize, max_load: f64) -> usize {
-    if cap == 0 {
+    // One slot always stays empty (probes stop there); a 1-slot table (only a
+    // loaded image can have one) holds nothing and grows on the first insert.
+    if cap < 2 {
         return 0;
     }
     ((cap as f64 * max_load) as usize).clamp(1, cap - 1)
