@@ -264,6 +264,12 @@ pub fn check(a: &CheckArgs) -> CliResult<i32> {
             masse_cli::units::fmt_bytes(r.live_bytes),
             r.tombstones
         );
+        if r.dead_records_damaged > 0 {
+            println!(
+                "note: {} dead record(s) fail their checksum (remains of writes a crash interrupted, or damage to data no key uses); no data is affected and GC will drop them",
+                r.dead_records_damaged
+            );
+        }
         for e in &r.errors {
             println!("error: {e}");
         }
