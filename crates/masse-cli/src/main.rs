@@ -6,6 +6,7 @@ mod demo;
 mod error;
 mod machine;
 mod pool;
+mod serve_nbd;
 
 use clap::{Parser, Subcommand};
 use error::{CliResult, EXIT_ERROR};
@@ -86,6 +87,9 @@ enum Cmd {
     /// DRAM per key, pad and device I/O. The temporary files are removed unless --keep.
     Demo(demo::DemoArgs),
 
+    /// Serve the pool's volumes over a network protocol (nbd)
+    Serve(serve_nbd::ServeArgs),
+
     /// Crash-test child: write keys ack{i:012} and print "ACK i" after each acknowledged
     /// write ("DEL j" after each acknowledged delete), never closing.
     #[command(hide = true, mut_arg("capacity", |a| a.required(true)))]
@@ -101,6 +105,7 @@ fn run(cli: Cli) -> CliResult<i32> {
         Cmd::Stats(a) => cmds::stats(a),
         Cmd::Check(a) => cmds::check(a),
         Cmd::Demo(a) => demo::run(a),
+        Cmd::Serve(a) => serve_nbd::run(a),
         Cmd::AckWriter(a) => ack_writer::run(a),
     }
 }
