@@ -64,8 +64,8 @@ pub struct NbdArgs {
     pub export: Vec<String>,
 
     /// Size of a volume to create (512-byte multiple): 64M, 8G, 1.5T... Only used when an
-    /// --export does not exist yet; an existing volume keeps its size (giving a different
-    /// size is an error).
+    /// --export does not exist yet; an existing volume keeps its size (with a single
+    /// --export, giving a different size is an error).
     #[arg(long, value_name = "SIZE", value_parser = size_arg, help_heading = "Exports")]
     pub size: Option<u64>,
 
@@ -175,7 +175,8 @@ fn nbd(a: &NbdArgs) -> CliResult<i32> {
         for name in &names {
             let vol = match vblock::open_volume(d.clone(), name) {
                 Ok(v) => {
-                    if let Some(s) = a.size {
+                    // With several exports, --size is for the ones to create.
+                    if let (Some(s), 1) = (a.size, names.len()) {
                         if s != v.size() {
                             return Err(CliError::new(format!(
                                 "volume {name:?} exists with size {} ({} bytes), not {s}; omit --size to serve it",
