@@ -5,8 +5,15 @@
 //! handshake, does the whole negotiation); a pool of worker threads shared by all
 //! connections executes requests and writes each reply under the connection's
 //! writer lock, so replies go out in completion order (out of order with respect
-//! to requests). A connection has at most `max_inflight` requests queued or
-//! running; its reader stops reading until one completes.
+//! to requests). A connection has at most `max_inflight` requests (and
+//! `max_inflight_bytes` of payload) queued or running; its reader stops reading
+//! until one completes. When nothing else of the connection is in flight and no
+//! further request is already buffered, the reader executes the request itself:
+//! at queue depth 1 this saves two thread wake-ups per request.
+//!
+//! Queues and locks here are `std` ones (futex, no `sched_yield` spinning): with
+//! dozens of mostly idle workers on a 2-core machine, spinning waiters cost more
+//! than they save.
 //!
 //! Stopping ([`StopHandle::stop`], or SIGTERM/SIGINT wired to it by the caller):
 //! stop accepting, shut the read side of every connection (no new requests are
@@ -14,9 +21,9 @@
 
 use crate::backend::{Backend, BackendError};
 use crate::proto::*;
-use crossbeam_channel::{Receiver, Sender};
 use masse::device::AlignedBuf;
-use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::io::{self, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -47,6 +54,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Requests queued or running per connection.
     pub max_inflight: usize,
+    /// Payload bytes (write data and read replies) queued or running per connection.
+    pub max_inflight_bytes: usize,
     /// Longest wait for the client during the handshake.
     pub handshake_timeout: Duration,
     /// Longest a reply may wait for the client to read (a client that stops reading
@@ -62,6 +71,7 @@ impl Default for ServerConfig {
             workers: 32,
             max_connections: 256,
             max_inflight: 128,
+            max_inflight_bytes: 64 << 20,
             handshake_timeout: Duration::from_secs(30),
             send_timeout: Duration::from_secs(60),
             verbose: false,
@@ -261,7 +271,48 @@ struct Shared {
     cfg: ServerConfig,
     stopping: AtomicBool,
     stats: Arc<ServerStats>,
-    jobs: Sender<Job>,
+    jobs: JobQueue,
+}
+
+/// Requests waiting for a worker. Unbounded: every connection bounds its own share.
+struct JobQueue {
+    q: Mutex<(VecDeque<Job>, bool)>,
+    cv: Condvar,
+}
+
+/// Lock, ignoring poisoning: a panicking worker must not take the server down with it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl JobQueue {
+    fn push(&self, j: Job) -> Result<(), Job> {
+        let mut g = lock(&self.q);
+        if g.1 {
+            return Err(j);
+        }
+        g.0.push_back(j);
+        drop(g);
+        self.cv.notify_one();
+        Ok(())
+    }
+    /// The next job, or None once closed and drained.
+    fn pop(&self) -> Option<Job> {
+        let mut g = lock(&self.q);
+        loop {
+            if let Some(j) = g.0.pop_front() {
+                return Some(j);
+            }
+            if g.1 {
+                return None;
+            }
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+    fn close(&self) {
+        lock(&self.q).1 = true;
+        self.cv.notify_all();
+    }
 }
 
 /// An NBD server over a fixed set of exports.
@@ -270,7 +321,6 @@ pub struct Server {
     listeners: Vec<Listener>,
     stop_rx: UnixStream,
     stop: StopHandle,
-    job_rx: Receiver<Job>,
 }
 
 /// Why a server could not start.
@@ -322,21 +372,22 @@ impl Server {
         }
         let (stop_tx, stop_rx) = UnixStream::pair().map_err(ioe("socketpair"))?;
         stop_tx.set_nonblocking(true).map_err(ioe("socketpair"))?;
-        let (jobs, job_rx) = crossbeam_channel::bounded(cfg.workers * 4);
         Ok(Server {
             shared: Arc::new(Shared {
                 exports: exports.into_iter().map(Arc::new).collect(),
                 cfg,
                 stopping: AtomicBool::new(false),
                 stats: Arc::new(ServerStats::default()),
-                jobs,
+                jobs: JobQueue {
+                    q: Mutex::new((VecDeque::new(), false)),
+                    cv: Condvar::new(),
+                },
             }),
             listeners: Vec::new(),
             stop_rx,
             stop: StopHandle {
                 tx: Arc::new(stop_tx),
             },
-            job_rx,
         })
     }
 
@@ -400,11 +451,11 @@ impl Server {
         }
         let mut workers = Vec::new();
         for i in 0..self.shared.cfg.workers {
-            let rx = self.job_rx.clone();
+            let sh = self.shared.clone();
             let h = std::thread::Builder::new()
                 .name(format!("nbd-worker-{i}"))
                 .spawn(move || {
-                    for job in rx.iter() {
+                    while let Some(job) = sh.jobs.pop() {
                         job.run();
                     }
                 })
@@ -488,18 +539,14 @@ impl Server {
             let _ = h.join();
         }
         let Server {
-            shared,
-            listeners,
-            job_rx,
-            ..
+            shared, listeners, ..
         } = self;
         for l in &listeners {
             if let Listener::Unix(_, p) = l {
                 let _ = std::fs::remove_file(p);
             }
         }
-        drop(job_rx);
-        // Workers end when the last sender (in `shared`) is gone.
+        shared.jobs.close();
         drop(shared);
         for w in workers {
             let _ = w.join();
@@ -845,7 +892,8 @@ struct Conn {
     structured: bool,
     meta: bool,
     wr: Mutex<Stream>,
-    inflight: Mutex<usize>,
+    /// Requests and payload bytes queued or running.
+    inflight: Mutex<(usize, usize)>,
     cv: Condvar,
     broken: AtomicBool,
 }
@@ -894,9 +942,19 @@ impl Job {
         sh.stats
             .reply_ns
             .fetch_add(t1.elapsed().as_nanos() as u64, Relaxed);
-        let mut n = self.conn.inflight.lock();
-        *n -= 1;
+        let mut n = lock(&self.conn.inflight);
+        n.0 -= 1;
+        n.1 -= self.cost();
+        drop(n);
         self.conn.cv.notify_all();
+    }
+
+    /// Payload bytes this request holds while in flight.
+    fn cost(&self) -> usize {
+        match self.kind {
+            CMD_READ | CMD_WRITE => self.len.min(MAX_PAYLOAD) as usize,
+            _ => 0,
+        }
     }
 
     fn execute(&self) -> Result<Done, BackendError> {
@@ -1091,7 +1149,7 @@ impl Job {
         if c.broken.load(Relaxed) {
             return;
         }
-        let mut w = c.wr.lock();
+        let mut w = lock(&c.wr);
         if let Err(e) = w.write_all(out) {
             if !c.broken.swap(true, SeqCst) {
                 if c.sh.cfg.verbose || e.kind() != io::ErrorKind::BrokenPipe {
@@ -1166,7 +1224,7 @@ fn serve_connection(sh: Arc<Shared>, mut s: Stream) {
         structured: session.structured,
         meta: session.meta,
         wr: Mutex::new(wr),
-        inflight: Mutex::new(0),
+        inflight: Mutex::new((0, 0)),
         cv: Condvar::new(),
         broken: AtomicBool::new(false),
     });
@@ -1174,9 +1232,9 @@ fn serve_connection(sh: Arc<Shared>, mut s: Stream) {
     let end = transmission(&conn, &mut rd);
     // Whatever ended the session, answer what was already taken before closing.
     {
-        let mut n = conn.inflight.lock();
-        while *n > 0 {
-            conn.cv.wait(&mut n);
+        let mut n = lock(&conn.inflight);
+        while n.0 > 0 {
+            n = conn.cv.wait(n).unwrap_or_else(|e| e.into_inner());
         }
     }
     match end {
@@ -1245,13 +1303,6 @@ fn transmission(conn: &Arc<Conn>, rd: &mut BufReader<Stream>) -> Result<(), Viol
         } else {
             None
         };
-        {
-            let mut n = conn.inflight.lock();
-            while *n >= sh.cfg.max_inflight {
-                conn.cv.wait(&mut n);
-            }
-            *n += 1;
-        }
         let job = Job {
             conn: conn.clone(),
             flags,
@@ -1262,9 +1313,22 @@ fn transmission(conn: &Arc<Conn>, rd: &mut BufReader<Stream>) -> Result<(), Viol
             payload,
             queued: Instant::now(),
         };
-        if let Err(e) = sh.jobs.send(job) {
-            // Only when the pool is gone, which `run` does after joining connections.
-            e.into_inner().run();
+        let cost = job.cost();
+        let idle = {
+            let mut n = lock(&conn.inflight);
+            while n.0 > 0 && (n.0 >= sh.cfg.max_inflight || n.1 + cost > sh.cfg.max_inflight_bytes) {
+                n = conn.cv.wait(n).unwrap_or_else(|e| e.into_inner());
+            }
+            n.0 += 1;
+            n.1 += cost;
+            n.0 == 1
+        };
+        if idle && rd.buffer().is_empty() {
+            // Nothing else to do meanwhile: skip the hand-off to a worker.
+            job.run();
+        } else if let Err(job) = sh.jobs.push(job) {
+            // Only when the pool is closed, which `run` does after joining connections.
+            job.run();
         }
     }
 }
