@@ -74,6 +74,17 @@ pub trait Backend: Send + Sync {
     fn read(&self, offset: u64, buf: &mut [u8]) -> BResult<()>;
     /// Write `data` (4 KiB-aligned) at `offset`; persisted before return when `fua`.
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> BResult<()>;
+    /// Several writes, applied in order (later ones win where they overlap); all
+    /// persisted before return when `fua`. Backends that can, do them as one batch.
+    fn write_many(&self, writes: &[(u64, &[u8])], fua: bool) -> BResult<()> {
+        for (off, d) in writes {
+            self.write(*off, d, false)?;
+        }
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
     /// Persist every write that has returned.
     fn flush(&self) -> BResult<()>;
     /// Discard a range (advisory).
@@ -123,6 +134,10 @@ impl Backend for VolumeBackend {
     }
     fn write(&self, offset: u64, data: &[u8], _fua: bool) -> BResult<()> {
         Ok(self.vol.write(offset, data)?)
+    }
+    fn write_many(&self, writes: &[(u64, &[u8])], _fua: bool) -> BResult<()> {
+        // One engine batch: one group commit for all of them.
+        Ok(self.vol.write_many(writes)?)
     }
     fn flush(&self) -> BResult<()> {
         Ok(self.vol.flush()?)

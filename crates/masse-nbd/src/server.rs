@@ -22,16 +22,16 @@
 use crate::backend::{Backend, BackendError};
 use crate::proto::*;
 use masse::device::AlignedBuf;
-use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex, MutexGuard};
 use std::collections::HashMap;
-use std::io::{self, BufReader, Read, Write};
+use std::collections::VecDeque;
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -907,7 +907,13 @@ struct Job {
     len: u32,
     payload: Option<AlignedBuf>,
     queued: Instant,
+    /// Further writes read in the same burst, executed with this one as one batch.
+    more: Vec<Job>,
 }
+
+/// Most writes, and bytes, the reader gathers into one batch.
+const BATCH_MAX: usize = 64;
+const BATCH_BYTES: usize = 1 << 20;
 
 /// Room before the data of a read reply, so the data starts 4 KiB-aligned (for
 /// `O_DIRECT`) and the header sits right before it: one buffer, one send.
@@ -922,6 +928,9 @@ enum Done {
 
 impl Job {
     fn run(self) {
+        if !self.more.is_empty() {
+            return self.run_batch();
+        }
         let sh = &self.conn.sh;
         let t0 = Instant::now();
         sh.stats
@@ -942,11 +951,69 @@ impl Job {
         sh.stats
             .reply_ns
             .fetch_add(t1.elapsed().as_nanos() as u64, Relaxed);
+        self.finished();
+    }
+
+    fn finished(&self) {
         let mut n = lock(&self.conn.inflight);
         n.0 -= 1;
         n.1 -= self.cost();
         drop(n);
         self.conn.cv.notify_all();
+    }
+
+    /// Several writes: the valid ones go to the backend as one batch, each gets its reply.
+    fn run_batch(mut self) {
+        let more = std::mem::take(&mut self.more);
+        let jobs: Vec<Job> = std::iter::once(self).chain(more).collect();
+        let sh = jobs[0].conn.sh.clone();
+        let t0 = Instant::now();
+        let mut ok = Vec::with_capacity(jobs.len());
+        for j in jobs {
+            sh.stats
+                .queue_ns
+                .fetch_add((t0 - j.queued).as_nanos() as u64, Relaxed);
+            sh.stats.requests[CMD_WRITE as usize].fetch_add(1, Relaxed);
+            match j.validate() {
+                Ok(()) => ok.push(j),
+                Err(e) => {
+                    sh.stats.errors.fetch_add(1, Relaxed);
+                    j.reply(Err(e));
+                    j.finished();
+                }
+            }
+        }
+        let writes: Vec<(u64, &[u8])> = ok
+            .iter()
+            .map(|j| (j.offset, j.payload.as_deref().unwrap_or(&[])))
+            .collect();
+        let fua = ok.iter().any(|j| j.flags & CMD_FLAG_FUA != 0);
+        let r = if writes.is_empty() {
+            Ok(())
+        } else {
+            ok[0].conn.export.backend.write_many(&writes, fua)
+        };
+        drop(writes);
+        let t1 = Instant::now();
+        sh.stats
+            .backend_ns
+            .fetch_add((t1 - t0).as_nanos() as u64 * ok.len() as u64, Relaxed);
+        for j in &ok {
+            match &r {
+                Ok(()) => {
+                    sh.stats.bytes_written.fetch_add(j.len as u64, Relaxed);
+                    j.reply(Ok(Done::Empty));
+                }
+                Err(e) => {
+                    sh.stats.errors.fetch_add(1, Relaxed);
+                    j.reply(Err(e.clone()));
+                }
+            }
+            j.finished();
+        }
+        sh.stats
+            .reply_ns
+            .fetch_add(t1.elapsed().as_nanos() as u64, Relaxed);
     }
 
     /// Payload bytes this request holds while in flight.
@@ -957,7 +1024,8 @@ impl Job {
         }
     }
 
-    fn execute(&self) -> Result<Done, BackendError> {
+    /// Flags, permissions, bounds and alignment, with the error each violation gets.
+    fn validate(&self) -> Result<(), BackendError> {
         let c = &*self.conn;
         let e = &*c.export;
         let b = &*e.backend;
@@ -1000,7 +1068,6 @@ impl Job {
             }
             Ok(())
         };
-        let fua = self.flags & CMD_FLAG_FUA != 0;
         match self.kind {
             CMD_READ => {
                 if self.len > MAX_PAYLOAD {
@@ -1009,14 +1076,41 @@ impl Job {
                         format!("read of {len} bytes exceeds the maximum {MAX_PAYLOAD}"),
                     ));
                 }
-                check_range(EINVAL)?;
+                check_range(EINVAL)
+            }
+            CMD_WRITE | CMD_WRITE_ZEROES => check_range(ENOSPC),
+            CMD_TRIM | CMD_CACHE => check_range(EINVAL),
+            CMD_FLUSH => Ok(()),
+            CMD_BLOCK_STATUS => {
+                if !c.meta {
+                    return Err(BackendError::new(
+                        EINVAL,
+                        "no metadata context was negotiated",
+                    ));
+                }
+                if len == 0 {
+                    return Err(BackendError::new(EINVAL, "zero-length block status"));
+                }
+                check_range(EINVAL)
+            }
+            k => Err(BackendError::new(EINVAL, format!("unknown command {k}"))),
+        }
+    }
+
+    fn execute(&self) -> Result<Done, BackendError> {
+        self.validate()?;
+        let c = &*self.conn;
+        let b = &*c.export.backend;
+        let (off, len) = (self.offset, self.len as u64);
+        let fua = self.flags & CMD_FLAG_FUA != 0;
+        match self.kind {
+            CMD_READ => {
                 let mut buf = AlignedBuf::new(READ_HEADROOM + len as usize);
                 b.read(off, &mut buf[READ_HEADROOM..])?;
                 c.sh.stats.bytes_read.fetch_add(len, Relaxed);
                 Ok(Done::Read(buf, READ_HEADROOM))
             }
             CMD_WRITE => {
-                check_range(ENOSPC)?;
                 let data = self.payload.as_deref().unwrap_or(&[]);
                 if !data.is_empty() {
                     b.write(off, data, fua)?;
@@ -1029,36 +1123,21 @@ impl Job {
                 Ok(Done::Empty)
             }
             CMD_TRIM => {
-                check_range(EINVAL)?;
                 if len > 0 {
                     b.trim(off, len, fua)?;
                 }
                 Ok(Done::Empty)
             }
             CMD_WRITE_ZEROES => {
-                check_range(ENOSPC)?;
                 if len > 0 {
                     let fast = self.flags & CMD_FLAG_FAST_ZERO != 0;
                     b.write_zeroes(off, len, fua, fast)?;
                 }
                 Ok(Done::Empty)
             }
-            CMD_CACHE => {
-                // Nothing to prefetch into: masse keeps no read cache by design.
-                check_range(EINVAL)?;
-                Ok(Done::Empty)
-            }
+            // Nothing to prefetch into: masse keeps no read cache by design.
+            CMD_CACHE => Ok(Done::Empty),
             CMD_BLOCK_STATUS => {
-                if !c.meta {
-                    return Err(BackendError::new(
-                        EINVAL,
-                        "no metadata context was negotiated",
-                    ));
-                }
-                if len == 0 {
-                    return Err(BackendError::new(EINVAL, "zero-length block status"));
-                }
-                check_range(EINVAL)?;
                 let mut st = b.block_status(off, len)?;
                 st.retain(|x| x.len > 0);
                 if st.is_empty() {
@@ -1303,7 +1382,8 @@ fn transmission(conn: &Arc<Conn>, rd: &mut BufReader<Stream>) -> Result<(), Viol
         } else {
             None
         };
-        let job = Job {
+        let now = Instant::now();
+        let mut job = Job {
             conn: conn.clone(),
             flags,
             kind,
@@ -1311,17 +1391,50 @@ fn transmission(conn: &Arc<Conn>, rd: &mut BufReader<Stream>) -> Result<(), Viol
             offset,
             len,
             payload,
-            queued: Instant::now(),
+            queued: now,
+            more: Vec::new(),
         };
-        let cost = job.cost();
+        let (mut count, mut cost) = (1, job.cost());
+        if kind == CMD_WRITE {
+            // Writes already sitting in the buffer go to the engine as one batch.
+            while count < BATCH_MAX.min(sh.cfg.max_inflight) {
+                let b = rd.buffer();
+                if b.len() < 28 || be32(b) != REQUEST_MAGIC || be16(&b[6..]) != CMD_WRITE {
+                    break;
+                }
+                let l = be32(&b[24..]) as usize;
+                if b.len() < 28 + l || cost + l > BATCH_BYTES {
+                    break;
+                }
+                let mut p = AlignedBuf::new(l);
+                p.copy_from_slice(&b[28..28 + l]);
+                let next = Job {
+                    conn: conn.clone(),
+                    flags: be16(&b[4..]),
+                    kind: CMD_WRITE,
+                    handle: be64(&b[8..]),
+                    offset: be64(&b[16..]),
+                    len: l as u32,
+                    payload: Some(p),
+                    queued: now,
+                    more: Vec::new(),
+                };
+                rd.consume(28 + l);
+                count += 1;
+                cost += l;
+                job.more.push(next);
+            }
+        }
         let idle = {
             let mut n = lock(&conn.inflight);
-            while n.0 > 0 && (n.0 >= sh.cfg.max_inflight || n.1 + cost > sh.cfg.max_inflight_bytes) {
+            while n.0 > 0
+                && (n.0 + count > sh.cfg.max_inflight || n.1 + cost > sh.cfg.max_inflight_bytes)
+            {
                 n = conn.cv.wait(n).unwrap_or_else(|e| e.into_inner());
             }
-            n.0 += 1;
+            n.0 += count;
             n.1 += cost;
-            n.0 == 1
+            n.0 == count
         };
         if idle && rd.buffer().is_empty() {
             // Nothing else to do meanwhile: skip the hand-off to a worker.

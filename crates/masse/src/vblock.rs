@@ -417,7 +417,7 @@ fn stripe(id: u64, chunk: u64) -> usize {
 }
 
 /// Lock the stripes of `chunks` in index order, so that two writers never deadlock.
-fn lock_chunks(id: u64, chunks: std::ops::Range<u64>) -> Vec<MutexGuard<'static, ()>> {
+fn lock_chunks(id: u64, chunks: impl Iterator<Item = u64>) -> Vec<MutexGuard<'static, ()>> {
     let mut s: Vec<usize> = chunks.map(|c| stripe(id, c)).collect();
     s.sort_unstable();
     s.dedup();
@@ -639,27 +639,98 @@ impl Volume {
                 }
                 single.push((c, new));
             }
-            if !batch.is_empty() {
-                match self.db.write(batch) {
-                    Ok(()) => {}
-                    // Small pools (capacity-only with small bands) take smaller groups.
-                    Err(Error::InvalidConfig(_)) => {
-                        for (c, v) in single {
-                            let key = chunk_key(self.info.id, c);
-                            match v {
-                                Some(v) => self.db.put(&key, &v)?,
-                                None => {
-                                    self.db.delete(&key)?;
-                                }
-                            }
-                        }
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
+            self.commit(batch, single)?;
             g0 = g1;
         }
         Ok(())
+    }
+
+    /// Write a batch (its chunk locks held); `single` lists the same chunk updates
+    /// for pools whose largest atomic group is smaller than the batch.
+    fn commit(&self, batch: WriteBatch, single: Vec<(u64, Option<Vec<u8>>)>) -> VResult<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        match self.db.write(batch) {
+            Ok(()) => Ok(()),
+            // Small pools (capacity-only with small bands) take smaller groups.
+            Err(Error::InvalidConfig(_)) => {
+                for (c, v) in single {
+                    let key = chunk_key(self.info.id, c);
+                    match v {
+                        Some(v) => self.db.put(&key, &v)?,
+                        None => {
+                            self.db.delete(&key)?;
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Several writes as one engine batch (one group commit instead of one per
+    /// write), applied in order: where they overlap, the later one wins. Durable on
+    /// return. Large sets fall back to one write after the other.
+    pub fn write_many(&self, writes: &[(u64, &[u8])]) -> VResult<()> {
+        for (off, d) in writes {
+            self.check(*off, d.len() as u64)?;
+        }
+        let cs = self.info.chunk_size as u64;
+        let mut chunks: Vec<u64> = writes
+            .iter()
+            .filter(|(_, d)| !d.is_empty())
+            .flat_map(|(o, d)| o / cs..(o + d.len() as u64 - 1) / cs + 1)
+            .collect();
+        chunks.sort_unstable();
+        chunks.dedup();
+        if chunks.len() as u64 * cs > 4 * GROUP_BYTES {
+            for (off, d) in writes {
+                self.write(*off, d)?;
+            }
+            return Ok(());
+        }
+        let _locks = lock_chunks(self.info.id, chunks.iter().copied());
+        let mut content: std::collections::BTreeMap<u64, Vec<u8>> = Default::default();
+        for (off, d) in writes {
+            let end = off + d.len() as u64;
+            let mut pos = *off;
+            while pos < end {
+                let c = pos / cs;
+                let cstart = c * cs;
+                let clen = self.chunk_len(c);
+                let e = end.min(cstart + clen as u64);
+                let piece = &d[(pos - off) as usize..(e - off) as usize];
+                if pos == cstart && e == cstart + clen as u64 {
+                    content.insert(c, piece.to_vec());
+                } else {
+                    let buf = match content.entry(c) {
+                        std::collections::btree_map::Entry::Occupied(x) => x.into_mut(),
+                        std::collections::btree_map::Entry::Vacant(v) => {
+                            v.insert(self.get_chunk(c)?.unwrap_or_else(|| vec![0u8; clen]))
+                        }
+                    };
+                    buf[(pos - cstart) as usize..(e - cstart) as usize].copy_from_slice(piece);
+                }
+                pos = e;
+            }
+        }
+        let mut batch = WriteBatch::new();
+        let mut single = Vec::with_capacity(content.len());
+        for (c, v) in content {
+            let key = chunk_key(self.info.id, c);
+            if is_zero(&v) {
+                if self.db.may_contain(&key)? {
+                    batch.delete(&key)?;
+                    single.push((c, None));
+                }
+            } else {
+                batch.put(&key, &v)?;
+                single.push((c, Some(v)));
+            }
+        }
+        self.commit(batch, single)
     }
 
     /// Allocation status from `offset` on: consecutive extents, alternating between

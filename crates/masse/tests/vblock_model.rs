@@ -1,4 +1,4 @@
-//! A volume behaves like a byte array: random writes, write-zeroes and trims at
+//! A volume behaves like a byte array: random writes (single and batched), write-zeroes and trims at
 //! block granularity (many of them sub-chunk) match an in-memory model, before and
 //! after a reopen, for 512-byte blocks in 4 KiB chunks and 4 KiB blocks in 16 KiB
 //! chunks; unwritten space reads as zeros and is reported as a hole.
@@ -48,6 +48,23 @@ fn run(p: &MemPool, name: &str, spec: VolumeSpec, seed: u64) {
             1 => {
                 vol.trim(off, len).expect("trim");
                 model[off as usize..(off + len) as usize].fill(0);
+            }
+            2 => {
+                // A batch of (possibly overlapping) writes: applied in order.
+                let mut ws = Vec::new();
+                for k in 0..3u64 {
+                    let st = rng.next() % nblocks;
+                    let n = 1 + rng.next() % (nblocks - st).min(2 * spec.chunk_size as u64 / bs);
+                    let d: Vec<u8> = (0..n * bs)
+                        .map(|j| (i * 17 + k * 5 + j * 3 + seed) as u8 | 1)
+                        .collect();
+                    ws.push((st * bs, d));
+                }
+                let refs: Vec<(u64, &[u8])> = ws.iter().map(|(o, d)| (*o, d.as_slice())).collect();
+                vol.write_many(&refs).expect("write_many");
+                for (o, d) in &ws {
+                    model[*o as usize..*o as usize + d.len()].copy_from_slice(d);
+                }
             }
             _ => {
                 let data: Vec<u8> = (0..len)
