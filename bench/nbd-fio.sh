@@ -71,7 +71,8 @@ start_server() { # args for masse serve nbd
 stop_server() {
   kill -TERM "$SERVER_PID"; wait "$SERVER_PID" || { cat "$W/server.err" >&2; exit 1; }
   SERVER_PID=""
-  echo "server counters ($1):"; grep -E '^(connections|bytes|mean)' "$W/server.err" | sed 's/^/  /'
+  echo "server counters ($1):"
+  grep -E '^(connections|bytes|mean|operations|capacity tier|write pad|gc  )' "$W/server.err" | sed 's/^/  /'
 }
 
 fio_json() { # uri rw qd extra...
@@ -125,7 +126,6 @@ stop_server raw
 start_server --fast "$FAST" --capacity "$CAP" --export vol --size "$WS"
 sweep masse "nbd+unix:///vol?socket=$SOCK"
 stop_server masse
-"$M" stats --fast "$FAST" --capacity "$CAP" | grep -E 'host write|^gc|pad ' | sed 's/^/  /' || true
 
 # Tables: per workload (and part), QD rows, the two targets side by side.
 python3 - "$CSV" >> "$MD" <<'EOF'

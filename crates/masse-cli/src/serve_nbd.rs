@@ -266,6 +266,7 @@ fn nbd(a: &NbdArgs) -> CliResult<i32> {
     eprintln!("masse: NBD server stopped\n{}", stats.report());
     r.map_err(|e| CliError::new(e.to_string()))?;
     if let Some(d) = db {
+        eprint!("engine statistics:\n{}", d.stats().to_text());
         match Arc::try_unwrap(d) {
             Ok(db) => db
                 .close()
