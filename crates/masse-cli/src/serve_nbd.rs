@@ -26,8 +26,8 @@ pub enum ServeWhat {
     /// zeroed chunks are deleted. Clients: Linux `nbd-client`, QEMU (`nbd://HOST:PORT/NAME`),
     /// libnbd tools (`nbdinfo`, `nbdcopy`), fio's `nbd` engine.
     ///
-    /// Every acknowledged write is durable (on the fast-tier pad), so FUA and FLUSH add
-    /// nothing. Stop with SIGTERM or Ctrl-C: the server stops taking requests, answers
+    /// Every acknowledged write is durable (on the fast-tier pad, or in the capacity log of
+    /// a pool without one), so FUA and FLUSH add nothing. Stop with SIGTERM or Ctrl-C: the server stops taking requests, answers
     /// those already received, and closes the pool cleanly.
     ///
     /// With --raw DEVICE the server exports that device or file directly (O_DIRECT, no
@@ -63,7 +63,7 @@ pub struct NbdArgs {
     #[arg(long, value_name = "NAME", help_heading = "Exports")]
     pub export: Vec<String>,
 
-    /// Size of a volume to create (512-byte multiple): 64M, 8G, 1.5T... Only used when an
+    /// Size of a volume to create (a multiple of --block-size): 64M, 8G, 1.5T... Only used when an
     /// --export does not exist yet; an existing volume keeps its size (with a single
     /// --export, giving a different size is an error).
     #[arg(long, value_name = "SIZE", value_parser = size_arg, help_heading = "Exports")]

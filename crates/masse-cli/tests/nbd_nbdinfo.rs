@@ -1,6 +1,7 @@
-//! Scenario: `masse serve nbd` seen by libnbd's `nbdinfo`: the export list, sizes,
-//! block sizes and flags of volumes created by the command, a read-only export, and
-//! the refusals (unknown volume without --size, a size that contradicts the volume).
+//! Scenario: `masse serve nbd` seen by libnbd's `nbdinfo` over a Unix socket and TCP:
+//! the export list, sizes, block sizes and flags of volumes created by the command, a
+//! read-only export, and the refusals (unknown volume without --size, a size that
+//! contradicts the volume).
 mod nbd_support;
 use nbd_support::*;
 use std::process::Command;
@@ -49,7 +50,18 @@ fn nbdinfo_sees_volumes() {
         "16M",
         "--block-size",
         "512",
+        "--listen",
+        "127.0.0.1:0",
     ]);
+    // The TCP listener (port chosen by the kernel, printed at start) serves the same.
+    let tcp = s
+        .stdout
+        .iter()
+        .find_map(|l| l.strip_prefix("listening on nbd://"))
+        .expect("a TCP listener line")
+        .to_string();
+    let t = info(&format!("nbd://{tcp}"), false);
+    assert_eq!(export(&t, "small")["export-size"], 16 << 20);
     let v = info(&p.uri(""), true);
     let small = export(&v, "small");
     let big = export(&v, "big");
