@@ -5,7 +5,7 @@
 # latency as fio's nbd engine sees it: submit to reply), as Markdown tables, a CSV and
 # a latency-vs-IOPS chart (SVG, gnuplot) under bench/results/.
 #
-# Usage: bench/nbd-fio.sh
+# Usage: bench/nbd-fio.sh            (bench/nbd-fio.sh --plot RESULTS.csv redraws a chart)
 # Environment: RUNTIME=10 (s per point) RAMP=2 WS=2G (working set) CAP_SIZE=8G
 #   QDS="1 2 4 8 16 32" CAP_DIR=/var/tmp (capacity file; fast tier in /dev/shm)
 #   THREADS=32 (server worker threads)
@@ -20,6 +20,46 @@ CAP_DIR=${CAP_DIR:-/var/tmp}
 THREADS=${THREADS:-32}
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+
+# Chart: latency (mean and p99) against IOPS, one panel per workload, points = QDs.
+# plot CSV -> CSV's name with .svg and .png
+plot() {
+  local csv=$1 base=${1%.csv} tmp
+  if ! command -v gnuplot >/dev/null; then
+    echo "gnuplot not found: no chart (apt-get install -y gnuplot-nox)"; return 0
+  fi
+  tmp=$(mktemp -d)
+  for wl in randread randwrite randrw; do
+    for t in raw masse; do
+      awk -F, -v w=$wl -v t=$t 'NR>1 && $1==t && $2==w && ($3=="read" || w=="randwrite") {print $4, $5, $6, $7}' "$csv" > "$tmp/$wl-$t.dat"
+    done
+  done
+  for ext in svg png; do
+    local term="svg size 1500,480 dynamic font 'sans,11'"
+    [ $ext = png ] && term="pngcairo size 1500,480 font 'sans,10'"
+    gnuplot <<EOF
+set terminal $term
+set output "$base.$ext"
+set multiplot layout 1,3 title "4 KiB random I/O through NBD: latency vs IOPS (QD 1..32), masse volume vs raw passthrough of the same file"
+set logscale y
+set xlabel "IOPS"
+set ylabel "latency (µs)"
+set grid
+set key top left
+do for [wl in "randread randwrite randrw"] {
+  set title wl.(wl eq "randrw" ? " 70/30 (read latency)" : "")
+  plot "$tmp/".wl."-raw.dat" using 2:3 with linespoints lc rgb "#888888" pt 7 title "raw mean", \\
+       "$tmp/".wl."-raw.dat" using 2:4 with linespoints lc rgb "#888888" dt 2 pt 6 title "raw p99", \\
+       "$tmp/".wl."-masse.dat" using 2:3 with linespoints lc rgb "#c0392b" pt 7 title "masse mean", \\
+       "$tmp/".wl."-masse.dat" using 2:4 with linespoints lc rgb "#c0392b" dt 2 pt 6 title "masse p99"
+}
+unset multiplot
+EOF
+  done
+  rm -rf "$tmp"
+  echo "chart: $base.svg, $base.png"
+}
+if [ "${1:-}" = "--plot" ]; then plot "$2"; exit 0; fi
 
 # One benchmark at a time on the shared machine.
 exec 9>/tmp/masse-bench.lock
@@ -43,7 +83,6 @@ mkdir -p "$OUT"
 STAMP=$(date -u +%Y%m%d-%H%M)
 CSV=$OUT/nbd-fio-$STAMP.csv
 MD=$OUT/nbd-fio-$STAMP.md
-SVG=$OUT/nbd-fio-$STAMP.svg
 SOCK=$W/nbd.sock
 CAP=$W/cap
 FAST=$S/fast
@@ -152,33 +191,5 @@ EOF
 echo; echo "(latencies in µs; figures from the shared 2-core machine)" >> "$MD"
 sed -n '/^### /,$p' "$MD"
 
-# Chart: latency (mean and p99) against IOPS, one panel per workload, points = QDs.
-if command -v gnuplot >/dev/null; then
-  for wl in randread randwrite randrw; do
-    for t in raw masse; do
-      awk -F, -v w=$wl -v t=$t 'NR>1 && $1==t && $2==w && ($3=="read" || w=="randwrite") {print $4, $5, $6, $7}' "$CSV" > "$W/$wl-$t.dat"
-    done
-  done
-  gnuplot <<EOF
-set terminal svg size 1500,480 dynamic font "sans,11"
-set output "$SVG"
-set multiplot layout 1,3 title "4 KiB random I/O through NBD: latency vs IOPS (QD 1..32), masse volume vs raw passthrough of the same file"
-set logscale y
-set xlabel "IOPS"
-set ylabel "latency (µs)"
-set grid
-set key top left
-do for [wl in "randread randwrite randrw"] {
-  set title wl.(wl eq "randrw" ? " 70/30 (read latency)" : "")
-  plot "$W/".wl."-raw.dat" using 2:3 with linespoints lc rgb "#888888" pt 7 title "raw mean", \
-       "$W/".wl."-raw.dat" using 2:4 with linespoints lc rgb "#888888" dt 2 pt 6 title "raw p99", \
-       "$W/".wl."-masse.dat" using 2:3 with linespoints lc rgb "#c0392b" pt 7 title "masse mean", \
-       "$W/".wl."-masse.dat" using 2:4 with linespoints lc rgb "#c0392b" dt 2 pt 6 title "masse p99"
-}
-unset multiplot
-EOF
-  echo "chart: $SVG"
-else
-  echo "gnuplot not found: no chart (apt-get install -y gnuplot-nox)"
-fi
+plot "$CSV"
 echo "tables: $MD"; echo "data: $CSV"
