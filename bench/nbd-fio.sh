@@ -188,7 +188,7 @@ for (wl, part), byqd in d.items():
                  if "raw" in t and "masse" in t and float(t["raw"]["iops"]) > 0 else "-")
         print("| " + " | ".join(cells + [ratio]) + " |")
 EOF
-echo; echo "(latencies in µs; figures from the shared 2-core machine)" >> "$MD"
+printf '\n(latencies in µs; figures from the shared 2-core machine)\n' >> "$MD"
 sed -n '/^### /,$p' "$MD"
 
 plot "$CSV"
