@@ -442,7 +442,7 @@ impl Server {
     }
 
     /// Serve until stopped; then finish every request already read, answer it, close
-    /// every connection and return.
+    /// every connection, flush every writable export and return.
     pub fn run(self) -> Result<(), ServerError> {
         if self.listeners.is_empty() {
             return Err(ServerError::Config(
@@ -538,6 +538,23 @@ impl Server {
         for (_, (_, h)) in conns.drain() {
             let _ = h.join();
         }
+        // Everything acknowledged is made durable before returning, FUA or not.
+        let mut result = Ok(());
+        for e in &self.shared.exports {
+            if e.read_only {
+                continue;
+            }
+            if let Err(err) = e.backend.flush() {
+                eprintln!(
+                    "masse-nbd: flushing export {:?} at shutdown failed: {err}",
+                    e.name
+                );
+                result = Err(ServerError::Config(format!(
+                    "flushing export {:?} at shutdown failed: {err}",
+                    e.name
+                )));
+            }
+        }
         let Server {
             shared, listeners, ..
         } = self;
@@ -551,7 +568,7 @@ impl Server {
         for w in workers {
             let _ = w.join();
         }
-        Ok(())
+        result
     }
 }
 
