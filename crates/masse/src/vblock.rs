@@ -428,6 +428,11 @@ fn lock_chunks(id: u64, chunks: impl Iterator<Item = u64>) -> Vec<MutexGuard<'st
 /// lock set of one large request, and stays far below the pad's largest group.
 const GROUP_BYTES: u64 = 256 << 10;
 
+/// Reads of at least this many chunks are spread over threads.
+const PARALLEL_READ_CHUNKS: u64 = 16;
+/// Most threads one read uses.
+const READ_THREADS: u64 = 8;
+
 /// Longest run of chunks one `block_status` call looks at (index lookups only).
 const STATUS_SCAN_CHUNKS: u64 = 1 << 17;
 
@@ -525,9 +530,43 @@ impl Volume {
         Ok(v)
     }
 
-    /// Read `buf.len()` bytes at `offset` (both multiples of the block size).
+    /// Read `buf.len()` bytes at `offset` (both multiples of the block size). Reads of
+    /// many chunks fetch them from several threads at once (one engine get per chunk).
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> VResult<()> {
         self.check(offset, buf.len() as u64)?;
+        let cs = self.info.chunk_size as u64;
+        let len = buf.len() as u64;
+        let nchunks = if len == 0 {
+            0
+        } else {
+            (offset + len - 1) / cs - offset / cs + 1
+        };
+        if nchunks < PARALLEL_READ_CHUNKS {
+            return self.read_serial(offset, buf);
+        }
+        let parts = (nchunks / (PARALLEL_READ_CHUNKS / 2)).min(READ_THREADS);
+        let per = nchunks.div_ceil(parts);
+        std::thread::scope(|sc| {
+            let mut rest = buf;
+            let mut pos = offset;
+            let mut hs = Vec::new();
+            while !rest.is_empty() {
+                // Split on chunk boundaries, `per` chunks to a part.
+                let end = ((pos / cs + per) * cs).min(offset + len);
+                let (part, tail) = rest.split_at_mut((end - pos) as usize);
+                let at = pos;
+                hs.push(sc.spawn(move || self.read_serial(at, part)));
+                rest = tail;
+                pos = end;
+            }
+            hs.into_iter().try_for_each(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(VolumeError::Corrupt("a read thread panicked".into())))
+            })
+        })
+    }
+
+    fn read_serial(&self, offset: u64, buf: &mut [u8]) -> VResult<()> {
         let cs = self.info.chunk_size as u64;
         let end = offset + buf.len() as u64;
         let mut pos = offset;
