@@ -5,6 +5,7 @@
 # backend, reply). Output: bench/results/nbd-profile-STAMP.txt.
 #
 # Usage: bench/nbd-profile.sh     Environment: SECS=8 CAP_DIR=/var/tmp THREADS=32
+# (perf report pipelines end in `head`: their SIGPIPE must not stop the script)
 set -euo pipefail
 SECS=${SECS:-8}
 CAP_DIR=${CAP_DIR:-/var/tmp}
@@ -52,11 +53,11 @@ import json; j=json.load(open('$W/fio.json'))['jobs'][0]; p=j['$([ $rw = randwri
 print(f\"  fio: {p['iops']:.0f} IOPS, mean completion latency {p['clat_ns']['mean']/1000:.1f} us\")"
     stop
     echo "  -- CPU samples by thread (top 8)"
-    perf report -i "$W/perf.data" --no-children --sort=comm --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | head -8 | sed 's/^/  /'
+    perf report -i "$W/perf.data" --no-children --sort=comm --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | head -8 | sed 's/^/  /' || true
     echo "  -- by DSO"
-    perf report -i "$W/perf.data" --no-children --sort=dso --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | head -5 | sed 's/^/  /'
+    perf report -i "$W/perf.data" --no-children --sort=dso --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | head -5 | sed 's/^/  /' || true
     echo "  -- by symbol (top 25)"
-    perf report -i "$W/perf.data" --no-children --sort=sym --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | head -25 | sed 's/^/  /'
+    perf report -i "$W/perf.data" --no-children --sort=sym --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | head -25 | sed 's/^/  /' || true
   done
 done
 echo; echo "profile: $OUT"
