@@ -6,6 +6,7 @@ mod demo;
 mod error;
 mod machine;
 mod pool;
+mod serve_nbd;
 mod stress;
 
 use clap::{Parser, Subcommand};
@@ -99,6 +100,9 @@ enum Cmd {
     /// devices. Exit code 5 (and a replay command) when a guarantee is broken.
     Stress(stress::StressArgs),
 
+    /// Serve the pool's volumes over a network protocol (nbd)
+    Serve(serve_nbd::ServeArgs),
+
     /// Crash-test child: write keys ack{i:012} and print "ACK i" after each acknowledged
     /// write ("DEL j" after each acknowledged delete), never closing.
     #[command(hide = true, mut_arg("capacity", |a| a.required(true)))]
@@ -115,6 +119,7 @@ fn run(cli: Cli) -> CliResult<i32> {
         Cmd::Check(a) => cmds::check(a),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Stress(a) => stress::run(a),
+        Cmd::Serve(a) => serve_nbd::run(a),
         Cmd::AckWriter(a) => ack_writer::run(a),
     }
 }

@@ -654,6 +654,18 @@ impl Db {
         Ok(self.get(key)?.is_some())
     }
 
+    /// Whether the DRAM index holds a live entry for `key`, without a device read.
+    /// `false` is exact; `true` is a 64-bit fingerprint match, so it may (rarely) be
+    /// another key's entry. For callers that only need a hint, such as block
+    /// allocation status, where a spurious "present" is harmless.
+    pub fn may_contain(&self, key: &[u8]) -> Result<bool> {
+        check_kv(key, b"")?;
+        Ok(match self.inner.index.get(digest(key)) {
+            Some(l) => !Loc(l).is_tombstone(),
+            None => false,
+        })
+    }
+
     /// Unordered iteration over live keys and values. Holds off GC while it lives,
     /// so records cannot move under it; writes made meanwhile may or may not be seen.
     pub fn iter(&self) -> Iter<'_> {
