@@ -16,13 +16,15 @@ pub fn size_arg(s: &str) -> Result<u64, String> {
 #[derive(Args, Debug, Clone, Default)]
 pub struct PoolArgs {
     /// Fast-tier device: a file or block device on SCM-class media (Optane, Z-NAND,
-    /// XL-Flash, PMEM, or a file on tmpfs such as /dev/shm). It holds the write pad
-    /// and the index checkpoints. Optional: without it the pool is capacity-only
-    /// (or scm-only). Default: none.
+    /// XL-Flash, PMEM, or a file on tmpfs such as /dev/shm), or an emulated drive
+    /// such as sim:optane:4GiB (see docs/media.md). It holds the write pad and the
+    /// index checkpoints. Optional: without it the pool is capacity-only (or
+    /// scm-only). Default: none.
     #[arg(long, value_name = "PATH", help_heading = "Pool devices")]
     pub fast: Option<PathBuf>,
 
-    /// Capacity-tier device: a file or block device (QLC/TLC SSD) that receives only
+    /// Capacity-tier device: a file or block device (QLC/TLC SSD), or an emulated
+    /// drive such as sim:qlc:64GiB, that receives only
     /// large sequential writes, in LBands. Repeat for several devices; give them in the
     /// same order every time. At least one is required (except for `demo`, which then
     /// makes temporary files).
@@ -50,6 +52,11 @@ pub struct PoolArgs {
     /// Default: O_DIRECT wherever the filesystem accepts it.
     #[arg(long, help_heading = "Pool devices")]
     pub buffered: bool,
+}
+
+/// The `sim:PROFILE:SIZE[:OPTION...]` string of an emulated device, if `p` is one.
+pub fn sim_arg(p: &Path) -> Option<&str> {
+    p.to_str().filter(|s| masse::device::SimConfig::is_sim_path(s))
 }
 
 /// Pool configuration family, as named on the command line.
@@ -160,6 +167,13 @@ impl PoolArgs {
     pub fn open_config(&self) -> CliResult<PoolConfig> {
         self.need_capacity()?;
         let spec = |p: &PathBuf, flag: &str| -> CliResult<DeviceSpec> {
+            if let Some(arg) = sim_arg(p) {
+                return Err(CliError::new(format!(
+                    "{flag} {arg}: an emulated device lives in the memory of one process, so a pool \
+                     on it exists only during the command that created it; use it with `masse demo`, \
+                     `masse probe`, `masse media-bench` or the library"
+                )));
+            }
             if !p.exists() {
                 return Err(CliError::new(format!(
                     "{flag} {}: no such file or device (create a pool with `masse create`)",
@@ -195,6 +209,10 @@ impl PoolArgs {
                         flag: &str,
                         size_flag: &str|
          -> CliResult<DeviceSpec> {
+            if let Some(arg) = sim_arg(p) {
+                return DeviceSpec::parse(arg, None)
+                    .map_err(|e| CliError::new(format!("{flag}: {e}")));
+            }
             if p.exists() {
                 return Ok(match size {
                     Some(s) => DeviceSpec::file(p, s),
