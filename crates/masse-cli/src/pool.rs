@@ -56,7 +56,8 @@ pub struct PoolArgs {
 
 /// The `sim:PROFILE:SIZE[:OPTION...]` string of an emulated device, if `p` is one.
 pub fn sim_arg(p: &Path) -> Option<&str> {
-    p.to_str().filter(|s| masse::device::SimConfig::is_sim_path(s))
+    p.to_str()
+        .filter(|s| masse::device::SimConfig::is_sim_path(s))
 }
 
 /// Pool configuration family, as named on the command line.

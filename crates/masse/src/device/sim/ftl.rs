@@ -94,7 +94,7 @@ pub(crate) struct Ftl {
     /// IUs written recently enough to still sit in the drive's write buffer:
     /// further writes to them merge there (so sequential 4 KiB writes to a
     /// 64 KiB-IU drive cost one IU program, not sixteen).
-    buffered: std::collections::HashSet<u64>,
+    buffered: std::collections::HashMap<u64, u64>,
     buffer_order: std::collections::VecDeque<u64>,
     buffer_ius: usize,
     /// Buffered host writes not yet programmed: (program done, bytes).
@@ -154,7 +154,7 @@ impl Ftl {
             host_open: vec![None; dies as usize],
             gc_open: vec![None; dies as usize],
             next_die: 0,
-            buffered: std::collections::HashSet::new(),
+            buffered: std::collections::HashMap::new(),
             buffer_order: std::collections::VecDeque::new(),
             buffer_ius: if p.in_place {
                 0
@@ -379,12 +379,16 @@ impl Ftl {
         let last = (off + len - 1) / self.iu;
         let mut done = arrived;
         for liu in first..=last {
-            if self.buffered.contains(&liu) {
-                // Still in the write buffer: merged there, no NAND work yet.
+            if self
+                .buffered
+                .get(&liu)
+                .is_some_and(|&until| until > arrived)
+            {
+                // Its previous version is still in the write buffer, not yet
+                // programmed: the new data merges there.
                 self.c.buffer_merged_ius += 1;
                 continue;
             }
-            self.remember(liu);
             let s = liu * self.iu;
             let covered = off <= s && off + len >= s + self.iu;
             if !covered {
@@ -399,7 +403,9 @@ impl Ftl {
             // The controller hands each IU to the die that frees up first.
             let die = self.time.least_busy(self.next_die);
             self.next_die = (die + 1) % self.dies;
-            done = done.max(self.place(liu, die, false, arrived)?);
+            let end = self.place(liu, die, false, arrived)?;
+            self.remember(liu, end.max(arrived + self.p.t_prog));
+            done = done.max(end);
         }
         self.c.gc_ns = self.time.gc_ns;
         // The power-safe write buffer acknowledges a write as soon as it has
@@ -470,25 +476,30 @@ impl Ftl {
         let end = (off + len) / self.iu;
         for liu in first..end {
             self.invalidate(liu);
-            if self.buffered.remove(&liu) {
+            if self.buffered.remove(&liu).is_some() {
                 self.buffer_order.retain(|&x| x != liu);
             }
         }
     }
 
-    /// Note that `liu` went through the write buffer; the oldest entry leaves
-    /// when the buffer is full.
-    fn remember(&mut self, liu: u64) {
+    /// Note that `liu` sits in the write buffer until `until` (when its
+    /// program completes); the oldest entry leaves when the buffer is full.
+    fn remember(&mut self, liu: u64, until: u64) {
         if self.buffer_ius == 0 {
             return;
         }
-        if self.buffer_order.len() >= self.buffer_ius {
-            if let Some(old) = self.buffer_order.pop_front() {
-                self.buffered.remove(&old);
+        while self.buffer_order.len() >= self.buffer_ius {
+            match self.buffer_order.pop_front() {
+                Some(old) => {
+                    self.buffered.remove(&old);
+                }
+                None => break,
             }
         }
+        if self.buffered.insert(liu, until).is_some() {
+            self.buffer_order.retain(|&x| x != liu);
+        }
         self.buffer_order.push_back(liu);
-        self.buffered.insert(liu);
     }
 
     /// In-place media: 4 KiB units interleaved over the media units.
