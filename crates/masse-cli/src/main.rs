@@ -6,6 +6,8 @@ mod demo;
 mod error;
 mod machine;
 mod pool;
+mod probe;
+mod probe_create;
 
 use clap::{Parser, Subcommand};
 use error::{CliResult, EXIT_ERROR};
@@ -86,6 +88,16 @@ enum Cmd {
     /// DRAM per key, pad and device I/O. The temporary files are removed unless --keep.
     Demo(demo::DemoArgs),
 
+    /// Identify a device's media (SCM, TLC, QLC, HDD) and the engine settings for it
+    ///
+    /// Reads what the system says (sysfs: rotational, block sizes, optimal I/O, discard,
+    /// zoned, the drive model against a table of known models), then measures for a few
+    /// seconds on a temporary file next to DEVICE (QD1 4 KiB read latency, 4 KiB random vs
+    /// 256 KiB sequential write bandwidth, read latency under writes). Prints the class and
+    /// the role, segment and band size, IU alignment and queue depth that follow. Works on
+    /// emulated drives (sim:qlc:64GiB) too.
+    Probe(probe::ProbeArgs),
+
     /// Crash-test child: write keys ack{i:012} and print "ACK i" after each acknowledged
     /// write ("DEL j" after each acknowledged delete), never closing.
     #[command(hide = true, mut_arg("capacity", |a| a.required(true)))]
@@ -101,6 +113,7 @@ fn run(cli: Cli) -> CliResult<i32> {
         Cmd::Stats(a) => cmds::stats(a),
         Cmd::Check(a) => cmds::check(a),
         Cmd::Demo(a) => demo::run(a),
+        Cmd::Probe(a) => probe::run(a),
         Cmd::AckWriter(a) => ack_writer::run(a),
     }
 }
