@@ -5,6 +5,7 @@ mod cmds;
 mod demo;
 mod error;
 mod machine;
+mod media_bench;
 mod pool;
 mod probe;
 mod probe_create;
@@ -98,6 +99,14 @@ enum Cmd {
     /// emulated drives (sim:qlc:64GiB) too.
     Probe(probe::ProbeArgs),
 
+    /// Evidence benchmark: an emulated QLC drive written directly and through masse
+    ///
+    /// Drives sim:qlc with 4 KiB random writes at full span, then with the same user writes
+    /// as 4 KiB puts through masse (fast tier on sim:optane), in virtual time, and prints side
+    /// by side the QLC drive's device WAF, host WAF, NAND bytes and erases per user byte, and
+    /// the latency of 4 KiB reads issued during the writes.
+    MediaBench(media_bench::MediaBenchArgs),
+
     /// Crash-test child: write keys ack{i:012} and print "ACK i" after each acknowledged
     /// write ("DEL j" after each acknowledged delete), never closing.
     #[command(hide = true, mut_arg("capacity", |a| a.required(true)))]
@@ -114,6 +123,7 @@ fn run(cli: Cli) -> CliResult<i32> {
         Cmd::Check(a) => cmds::check(a),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Probe(a) => probe::run(a),
+        Cmd::MediaBench(a) => media_bench::run(a),
         Cmd::AckWriter(a) => ack_writer::run(a),
     }
 }

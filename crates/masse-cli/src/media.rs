@@ -89,43 +89,228 @@ const K: u32 = 1024;
 
 /// Known drive models. Order matters: the first match wins.
 pub const KNOWN_MODELS: &[KnownModel] = &[
-    KnownModel { pattern: "P5800X", name: "Intel Optane P5800X", class: Class::Scm, iu: 0 },
-    KnownModel { pattern: "P4800X", name: "Intel Optane DC P4800X", class: Class::Scm, iu: 0 },
-    KnownModel { pattern: "P4801X", name: "Intel Optane DC P4801X", class: Class::Scm, iu: 0 },
-    KnownModel { pattern: "905P", name: "Intel Optane 905P", class: Class::Scm, iu: 0 },
-    KnownModel { pattern: "900P", name: "Intel Optane 900P", class: Class::Scm, iu: 0 },
-    KnownModel { pattern: "OPTANE", name: "Intel Optane", class: Class::Scm, iu: 0 },
-    KnownModel { pattern: "SZ985", name: "Samsung Z-SSD SZ985", class: Class::Scm, iu: 0 },
-    KnownModel { pattern: "MZPZ", name: "Samsung Z-SSD", class: Class::Scm, iu: 0 },
-    KnownModel { pattern: "983 ZET", name: "Samsung 983 ZET (Z-NAND)", class: Class::Scm, iu: 0 },
-    KnownModel { pattern: "FL6", name: "KIOXIA FL6 (XL-Flash)", class: Class::Scm, iu: 0 },
-    KnownModel { pattern: "P4320", name: "Intel D5-P4320 (QLC)", class: Class::Qlc, iu: 64 * K },
-    KnownModel { pattern: "P4326", name: "Intel D5-P4326 (QLC)", class: Class::Qlc, iu: 64 * K },
-    KnownModel { pattern: "P5316", name: "Solidigm D5-P5316 (QLC)", class: Class::Qlc, iu: 64 * K },
-    KnownModel { pattern: "P5336", name: "Solidigm D5-P5336 (QLC)", class: Class::Qlc, iu: 16 * K },
-    KnownModel { pattern: "P5430", name: "Solidigm D5-P5430 (QLC)", class: Class::Qlc, iu: 0 },
-    KnownModel { pattern: "660P", name: "Intel 660p (QLC)", class: Class::Qlc, iu: 0 },
-    KnownModel { pattern: "670P", name: "Intel 670p (QLC)", class: Class::Qlc, iu: 0 },
-    KnownModel { pattern: "QVO", name: "Samsung QVO (QLC)", class: Class::Qlc, iu: 0 },
-    KnownModel { pattern: "5210", name: "Micron 5210 ION (QLC)", class: Class::Qlc, iu: 0 },
-    KnownModel { pattern: "PM963", name: "Samsung PM963 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "PM983", name: "Samsung PM983 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "PM9A3", name: "Samsung PM9A3 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "PM1725", name: "Samsung PM1725 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "PM1733", name: "Samsung PM1733 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "PM1735", name: "Samsung PM1735 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "P4510", name: "Intel DC P4510 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "P4610", name: "Intel DC P4610 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "P5510", name: "Intel D7-P5510 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "P5520", name: "Solidigm D7-P5520 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "P5620", name: "Solidigm D7-P5620 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "MICRON_7300", name: "Micron 7300 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "MICRON_7450", name: "Micron 7450 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "MICRON_9300", name: "Micron 9300 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "KCD6", name: "KIOXIA CD6 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "KCM6", name: "KIOXIA CM6 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "SN640", name: "WD Ultrastar DC SN640 (TLC)", class: Class::Tlc, iu: 0 },
-    KnownModel { pattern: "SN650", name: "WD Ultrastar DC SN650 (TLC)", class: Class::Tlc, iu: 0 },
+    KnownModel {
+        pattern: "P5800X",
+        name: "Intel Optane P5800X",
+        class: Class::Scm,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "P4800X",
+        name: "Intel Optane DC P4800X",
+        class: Class::Scm,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "P4801X",
+        name: "Intel Optane DC P4801X",
+        class: Class::Scm,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "905P",
+        name: "Intel Optane 905P",
+        class: Class::Scm,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "900P",
+        name: "Intel Optane 900P",
+        class: Class::Scm,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "OPTANE",
+        name: "Intel Optane",
+        class: Class::Scm,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "SZ985",
+        name: "Samsung Z-SSD SZ985",
+        class: Class::Scm,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "MZPZ",
+        name: "Samsung Z-SSD",
+        class: Class::Scm,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "983 ZET",
+        name: "Samsung 983 ZET (Z-NAND)",
+        class: Class::Scm,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "FL6",
+        name: "KIOXIA FL6 (XL-Flash)",
+        class: Class::Scm,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "P4320",
+        name: "Intel D5-P4320 (QLC)",
+        class: Class::Qlc,
+        iu: 64 * K,
+    },
+    KnownModel {
+        pattern: "P4326",
+        name: "Intel D5-P4326 (QLC)",
+        class: Class::Qlc,
+        iu: 64 * K,
+    },
+    KnownModel {
+        pattern: "P5316",
+        name: "Solidigm D5-P5316 (QLC)",
+        class: Class::Qlc,
+        iu: 64 * K,
+    },
+    KnownModel {
+        pattern: "P5336",
+        name: "Solidigm D5-P5336 (QLC)",
+        class: Class::Qlc,
+        iu: 16 * K,
+    },
+    KnownModel {
+        pattern: "P5430",
+        name: "Solidigm D5-P5430 (QLC)",
+        class: Class::Qlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "660P",
+        name: "Intel 660p (QLC)",
+        class: Class::Qlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "670P",
+        name: "Intel 670p (QLC)",
+        class: Class::Qlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "QVO",
+        name: "Samsung QVO (QLC)",
+        class: Class::Qlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "5210",
+        name: "Micron 5210 ION (QLC)",
+        class: Class::Qlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "PM963",
+        name: "Samsung PM963 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "PM983",
+        name: "Samsung PM983 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "PM9A3",
+        name: "Samsung PM9A3 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "PM1725",
+        name: "Samsung PM1725 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "PM1733",
+        name: "Samsung PM1733 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "PM1735",
+        name: "Samsung PM1735 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "P4510",
+        name: "Intel DC P4510 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "P4610",
+        name: "Intel DC P4610 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "P5510",
+        name: "Intel D7-P5510 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "P5520",
+        name: "Solidigm D7-P5520 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "P5620",
+        name: "Solidigm D7-P5620 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "MICRON_7300",
+        name: "Micron 7300 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "MICRON_7450",
+        name: "Micron 7450 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "MICRON_9300",
+        name: "Micron 9300 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "KCD6",
+        name: "KIOXIA CD6 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "KCM6",
+        name: "KIOXIA CM6 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "SN640",
+        name: "WD Ultrastar DC SN640 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
+    KnownModel {
+        pattern: "SN650",
+        name: "WD Ultrastar DC SN650 (TLC)",
+        class: Class::Tlc,
+        iu: 0,
+    },
 ];
 
 /// The table entry matching a model string.
@@ -314,9 +499,16 @@ pub fn classify_measured(m: &Measured) -> (Class, String) {
 /// `rotational`, since virtual disks often claim to rotate); then sysfs.
 pub fn classify(f: &SysfsFacts, m: Option<&Measured>) -> Verdict {
     let mut reasons = Vec::new();
-    let opt = f.optimal_io_size.filter(|o| o.is_power_of_two() && *o >= 4096).unwrap_or(0);
+    let opt = f
+        .optimal_io_size
+        .filter(|o| o.is_power_of_two() && *o >= 4096)
+        .unwrap_or(0);
     if let Some(k) = f.model.as_deref().and_then(known_model) {
-        reasons.push(format!("model {:?} is a {}", f.model.as_deref().unwrap_or(""), k.name));
+        reasons.push(format!(
+            "model {:?} is a {}",
+            f.model.as_deref().unwrap_or(""),
+            k.name
+        ));
         return Verdict {
             class: k.class,
             source: "model table".into(),
@@ -325,7 +517,9 @@ pub fn classify(f: &SysfsFacts, m: Option<&Measured>) -> Verdict {
         };
     }
     if let Some(fs) = &f.memory_fs {
-        reasons.push(format!("the path is on {fs} (RAM): byte-addressable, no FTL"));
+        reasons.push(format!(
+            "the path is on {fs} (RAM): byte-addressable, no FTL"
+        ));
         return Verdict {
             class: Class::Scm,
             source: "memory filesystem".into(),
@@ -334,7 +528,9 @@ pub fn classify(f: &SysfsFacts, m: Option<&Measured>) -> Verdict {
         };
     }
     if let Some(z) = f.zoned.as_deref().filter(|z| *z != "none") {
-        reasons.push(format!("zoned device ({z}): needs a zone-aware layout masse does not have yet"));
+        reasons.push(format!(
+            "zoned device ({z}): needs a zone-aware layout masse does not have yet"
+        ));
     }
     if let Some(m) = m {
         let (c, why) = classify_measured(m);
@@ -350,17 +546,31 @@ pub fn classify(f: &SysfsFacts, m: Option<&Measured>) -> Verdict {
             class: c,
             source: "measurement".into(),
             reasons,
-            iu: if c == Class::Qlc { opt.max(64 * K) } else { opt },
+            iu: if c == Class::Qlc {
+                opt.max(64 * K)
+            } else {
+                opt
+            },
         };
     }
     match f.rotational {
         Some(true) => {
             reasons.push("sysfs says rotational=1 (not measured)".into());
-            Verdict { class: Class::Hdd, source: "sysfs".into(), reasons, iu: opt }
+            Verdict {
+                class: Class::Hdd,
+                source: "sysfs".into(),
+                reasons,
+                iu: opt,
+            }
         }
         _ => {
             reasons.push("no known model and no measurement".into());
-            Verdict { class: Class::Unknown, source: "sysfs".into(), reasons, iu: opt }
+            Verdict {
+                class: Class::Unknown,
+                source: "sysfs".into(),
+                reasons,
+                iu: opt,
+            }
         }
     }
 }

@@ -5,7 +5,9 @@ use crate::error::{CliError, CliResult};
 use clap::Args;
 use hdrhistogram::Histogram;
 use masse::device::{AlignedBuf, Device, FileDevice, OpenOptions, SimDevice};
-use masse_cli::media::{advise, classify, facts_for_path, Advice, Class, Measured, SysfsFacts, Verdict};
+use masse_cli::media::{
+    advise, classify, facts_for_path, Advice, Class, Measured, SysfsFacts, Verdict,
+};
 use masse_cli::units::{fmt_bytes, parse_size};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -80,7 +82,12 @@ fn io_err(e: std::io::Error) -> CliError {
 }
 
 /// QD1 4 KiB random reads for `dur`; latencies in ns.
-fn read_phase(dev: &dyn Device, region: u64, dur: Duration, seed: u64) -> CliResult<Histogram<u64>> {
+fn read_phase(
+    dev: &dyn Device,
+    region: u64,
+    dur: Duration,
+    seed: u64,
+) -> CliResult<Histogram<u64>> {
     let mut h = hist();
     let mut b = AlignedBuf::new(4096);
     let mut x = seed | 1;
@@ -97,7 +104,14 @@ fn read_phase(dev: &dyn Device, region: u64, dur: Duration, seed: u64) -> CliRes
 
 /// `threads` writers for `dur`: 4 KiB at random, or 256 KiB sequential in
 /// each thread's own stripe. Returns bytes written per second.
-fn write_phase(dev: &Arc<dyn Device>, region: u64, threads: usize, dur: Duration, random: bool, stop: &AtomicBool) -> CliResult<f64> {
+fn write_phase(
+    dev: &Arc<dyn Device>,
+    region: u64,
+    threads: usize,
+    dur: Duration,
+    random: bool,
+    stop: &AtomicBool,
+) -> CliResult<f64> {
     let start = Instant::now();
     let end = start + dur;
     let total: u64 = std::thread::scope(|s| {
@@ -128,7 +142,11 @@ fn write_phase(dev: &Arc<dyn Device>, region: u64, threads: usize, dur: Duration
             })
             .collect();
         hs.into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("writer thread panicked"))).unwrap_or(0))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("writer thread panicked")))
+                    .unwrap_or(0)
+            })
             .sum()
     });
     let secs = start.elapsed().as_secs_f64();
@@ -165,7 +183,12 @@ pub fn measure(dev: &Arc<dyn Device>, region: u64, seconds: f64) -> CliResult<Me
     let loaded = std::thread::scope(|s| -> CliResult<Histogram<u64>> {
         let w = s.spawn(|| write_phase(dev, region, threads, phase, true, &stop));
         std::thread::sleep(Duration::from_millis(20));
-        let h = read_phase(dev.as_ref(), region, phase.saturating_sub(Duration::from_millis(40)), 2);
+        let h = read_phase(
+            dev.as_ref(),
+            region,
+            phase.saturating_sub(Duration::from_millis(40)),
+            2,
+        );
         stop.store(true, Ordering::Relaxed);
         let _ = w.join();
         h
@@ -213,10 +236,16 @@ pub fn probe(
         let virtual_time = sim.config().time == masse::device::sim::TimeMode::Virtual;
         let dev: Arc<dyn Device> = Arc::new(sim);
         let (measured, on) = match measure_secs {
-            Some(_) if virtual_time => (None, "not measured: virtual time has no wall-clock latency (use time=real)".to_string()),
+            Some(_) if virtual_time => (
+                None,
+                "not measured: virtual time has no wall-clock latency (use time=real)".to_string(),
+            ),
             Some(s) => (
                 Some(measure(&dev, region.min(info.capacity / 2), s)?),
-                format!("the emulated drive itself (first {})", fmt_bytes(region.min(info.capacity / 2))),
+                format!(
+                    "the emulated drive itself (first {})",
+                    fmt_bytes(region.min(info.capacity / 2))
+                ),
             ),
             None => (None, "not measured (--no-measure)".into()),
         };
@@ -225,7 +254,14 @@ pub fn probe(
             verdict.iu = info.indirection_unit;
         }
         let advice = advise(&verdict, info.reclaim_unit);
-        return Ok(ProbeReport { device: device.into(), facts, measured, measured_on: on, verdict, advice });
+        return Ok(ProbeReport {
+            device: device.into(),
+            facts,
+            measured,
+            measured_on: on,
+            verdict,
+            advice,
+        });
     }
     let path = Path::new(device);
     let facts = facts_for_path(path);
@@ -235,7 +271,12 @@ pub fn probe(
         m.file_type().is_block_device()
     });
     let skip = skip_if_known && facts.memory_fs.is_some()
-        || skip_if_known && facts.model.as_deref().and_then(masse_cli::media::known_model).is_some();
+        || skip_if_known
+            && facts
+                .model
+                .as_deref()
+                .and_then(masse_cli::media::known_model)
+                .is_some();
     let (measured, on) = match measure_secs {
         None => (None, "not measured (--no-measure)".to_string()),
         Some(_) if skip => (None, "not measured: the system already identifies the media".to_string()),
@@ -268,11 +309,19 @@ pub fn probe(
     };
     let verdict = classify(&facts, measured.as_ref());
     let advice = advise(&verdict, 0);
-    Ok(ProbeReport { device: device.into(), facts, measured, measured_on: on, verdict, advice })
+    Ok(ProbeReport {
+        device: device.into(),
+        facts,
+        measured,
+        measured_on: on,
+        verdict,
+        advice,
+    })
 }
 
 fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
-    v.as_ref().map_or_else(|| "?".to_string(), |x| x.to_string())
+    v.as_ref()
+        .map_or_else(|| "?".to_string(), |x| x.to_string())
 }
 
 pub fn to_text(r: &ProbeReport) -> String {
@@ -284,7 +333,10 @@ pub fn to_text(r: &ProbeReport) -> String {
         s,
         "  block device   {}{}{}",
         f.disk.as_deref().unwrap_or("none"),
-        f.dev.as_ref().map(|d| format!(" ({d})")).unwrap_or_default(),
+        f.dev
+            .as_ref()
+            .map(|d| format!(" ({d})"))
+            .unwrap_or_default(),
         if f.partition { ", on a partition" } else { "" }
     );
     let _ = writeln!(
@@ -297,14 +349,26 @@ pub fn to_text(r: &ProbeReport) -> String {
         opt(&f.discard_granularity),
         f.zoned.as_deref().unwrap_or("?")
     );
-    let _ = writeln!(s, "  model          {}", f.model.as_deref().unwrap_or("(none reported)"));
+    let _ = writeln!(
+        s,
+        "  model          {}",
+        f.model.as_deref().unwrap_or("(none reported)")
+    );
     if let Some(n) = &f.note {
         let _ = writeln!(s, "  note           {n}");
     }
     let _ = writeln!(s, "  measured on    {}", r.measured_on);
     if let Some(m) = &r.measured {
-        let _ = writeln!(s, "    QD1 4 KiB random read        p50 {:.1} µs   p99 {:.1} µs", m.read_p50_us, m.read_p99_us);
-        let _ = writeln!(s, "    4 KiB random write           {:.1} MB/s ({} threads)", m.rand4k_write_mbps, m.write_threads);
+        let _ = writeln!(
+            s,
+            "    QD1 4 KiB random read        p50 {:.1} µs   p99 {:.1} µs",
+            m.read_p50_us, m.read_p99_us
+        );
+        let _ = writeln!(
+            s,
+            "    4 KiB random write           {:.1} MB/s ({} threads)",
+            m.rand4k_write_mbps, m.write_threads
+        );
         let _ = writeln!(
             s,
             "    256 KiB sequential write     {:.1} MB/s ({} threads); random/sequential = {:.1}%",
@@ -320,7 +384,13 @@ pub fn to_text(r: &ProbeReport) -> String {
         let _ = writeln!(s, "    took {:.1} s", m.seconds);
     }
     let v = &r.verdict;
-    let _ = writeln!(s, "  class          {} — {} (from {})", v.class.name(), v.class.describe(), v.source);
+    let _ = writeln!(
+        s,
+        "  class          {} — {} (from {})",
+        v.class.name(),
+        v.class.describe(),
+        v.source
+    );
     for why in &v.reasons {
         let _ = writeln!(s, "    because      {why}");
     }
@@ -342,7 +412,10 @@ pub fn run(a: &ProbeArgs) -> CliResult<i32> {
     let secs = if a.no_measure { None } else { Some(a.seconds) };
     let r = probe(&a.device, secs, a.force, a.region, false)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r).map_err(|e| CliError::new(e.to_string()))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r).map_err(|e| CliError::new(e.to_string()))?
+        );
     } else {
         print!("{}", to_text(&r));
     }
@@ -352,6 +425,13 @@ pub fn run(a: &ProbeArgs) -> CliResult<i32> {
 /// What `masse create` learns about one device it was not told the media of:
 /// `None` when the device already knows (tmpfs, emulator) or the probe fails.
 pub fn class_for_create(path: &Path) -> Option<(Class, Verdict)> {
-    let r = probe(&path.display().to_string(), Some(1.5), false, Some(64 << 20), true).ok()?;
+    let r = probe(
+        &path.display().to_string(),
+        Some(1.5),
+        false,
+        Some(64 << 20),
+        true,
+    )
+    .ok()?;
     Some((r.verdict.class, r.verdict))
 }

@@ -12,7 +12,12 @@ pub fn apply(pool: &PoolArgs, geo: &GeometryArgs, cfg: &mut PoolConfig) {
     if let Some(f) = &pool.fast {
         if sim_arg(f).is_none() {
             if let Some((class, v)) = crate::probe::class_for_create(f) {
-                println!("probe: fast device {}: {} (from {})", f.display(), class.name(), v.source);
+                println!(
+                    "probe: fast device {}: {} (from {})",
+                    f.display(),
+                    class.name(),
+                    v.source
+                );
                 if class != Class::Scm {
                     println!(
                         "probe: warning: the fast tier is not SCM-class; every put is made durable on it, \
