@@ -39,6 +39,12 @@ pub struct MediaBenchArgs {
     /// Issue one 4 KiB read of the QLC drive every this many user writes.
     #[arg(long, default_value_t = 8)]
     pub read_every: u64,
+    /// Also run both at this user write rate in MB/s (10^6 bytes; an open-loop
+    /// schedule in virtual time: write i is issued at i x 4096 / rate unless the
+    /// drive is still busy), to compare read latency at equal load. 0 = only
+    /// the closed-loop runs.
+    #[arg(long, value_name = "MB/S", default_value_t = 16.0)]
+    pub rate: f64,
     /// Seed of the write and read streams.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -50,6 +56,8 @@ pub struct MediaBenchArgs {
 #[derive(serde::Serialize, Debug, Clone)]
 struct RunResult {
     name: &'static str,
+    /// User write rate the run was paced at (MB/s), or null for closed loop.
+    rate_mbps: Option<f64>,
     user_bytes: u64,
     /// Bytes the host (the workload or masse) wrote to the QLC drive.
     qlc_host_bytes: u64,
@@ -113,6 +121,7 @@ fn result(
     let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     RunResult {
         name,
+        rate_mbps: None,
         user_bytes: user,
         qlc_host_bytes: host,
         qlc_nand_bytes: nand,
@@ -148,7 +157,12 @@ fn progress(n: u64, what: &str) -> indicatif::ProgressBar {
 }
 
 /// (a) 4 KiB random writes over the whole drive, after a sequential fill.
-fn direct(a: &MediaBenchArgs, writes: u64) -> CliResult<RunResult> {
+/// When user write `i` is due under a rate of `rate` MB/s from `t0` (ns).
+fn due(t0: u64, i: u64, rate: Option<f64>) -> Option<u64> {
+    rate.map(|r| t0 + (i as f64 * 4096.0 / (r * 1e6) * 1e9) as u64)
+}
+
+fn direct(a: &MediaBenchArgs, writes: u64, rate: Option<f64>) -> CliResult<RunResult> {
     let dev = qlc(a.qlc)?;
     let cap = dev.info().capacity;
     let b = AlignedBuf::new(256 << 10);
@@ -166,7 +180,11 @@ fn direct(a: &MediaBenchArgs, writes: u64) -> CliResult<RunResult> {
     let mut x = a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut y = x ^ 0xDEAD_BEEF;
     let pb = progress(writes, "direct 4 KiB random writes");
+    let start = dev.now_ns();
     for i in 0..writes {
+        if let Some(t) = due(start, i, rate) {
+            dev.advance_to(t);
+        }
         w[..8].copy_from_slice(&i.to_le_bytes());
         dev.write_at(&w, (xorshift(&mut x) % blocks) * 4096)
             .map_err(io)?;
@@ -194,7 +212,7 @@ fn direct(a: &MediaBenchArgs, writes: u64) -> CliResult<RunResult> {
 }
 
 /// (b) The same user writes as puts of 4 KiB records through masse.
-fn through_masse(a: &MediaBenchArgs, writes: u64) -> CliResult<RunResult> {
+fn through_masse(a: &MediaBenchArgs, writes: u64, rate: Option<f64>) -> CliResult<RunResult> {
     let dev = qlc(a.qlc)?;
     let fast = SimDevice::new(SimConfig::new(ProfileKind::Optane, a.optane).virtual_time())
         .map_err(|e| CliError::new(format!("emulated Optane drive: {e}")))?;
@@ -224,7 +242,12 @@ fn through_masse(a: &MediaBenchArgs, writes: u64) -> CliResult<RunResult> {
     let mut x = a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut y = x ^ 0xDEAD_BEEF;
     let pb = progress(writes, "4 KiB puts through masse");
+    let start = dev.now_ns().max(fast.now_ns());
     for i in 0..writes {
+        if let Some(t) = due(start, i, rate) {
+            dev.advance_to(t);
+            fast.advance_to(t);
+        }
         let k = xorshift(&mut x) % keys;
         v[..8].copy_from_slice(&i.to_le_bytes());
         db.put(format!("key{k:013}").as_bytes(), &v).map_err(io)?;
@@ -244,7 +267,7 @@ fn through_masse(a: &MediaBenchArgs, writes: u64) -> CliResult<RunResult> {
     db.close().map_err(io)?;
     let s1 = dev.stats();
     let f1 = fast.stats();
-    let res = result(
+    let mut res = result(
         "masse (Optane pad + QLC)",
         writes * 4096,
         &s0,
@@ -253,6 +276,7 @@ fn through_masse(a: &MediaBenchArgs, writes: u64) -> CliResult<RunResult> {
         f1.ftl.host_write_bytes - f0.ftl.host_write_bytes,
         t0.elapsed().as_secs_f64(),
     );
+    res.rate_mbps = rate;
     Ok(res)
 }
 
@@ -350,10 +374,20 @@ pub fn run(a: &MediaBenchArgs) -> CliResult<i32> {
         fmt_bytes(a.optane),
         a.read_every
     );
-    let d = direct(a, writes)?;
-    let m = through_masse(a, writes)?;
-    let rs = vec![d, m];
-    let t = table(&rs);
+    let mut rs = vec![direct(a, writes, None)?, through_masse(a, writes, None)?];
+    let mut t = format!("Closed loop (the writer issues the next write as soon as the previous one is acknowledged):\n\n{}", table(&rs));
+    if a.rate > 0.0 {
+        let paced = vec![
+            direct(a, writes, Some(a.rate))?,
+            through_masse(a, writes, Some(a.rate))?,
+        ];
+        t.push_str(&format!(
+            "\nPaced at {} MB/s of user writes (open loop; a write waits only if the drive is still busy):\n\n{}",
+            a.rate,
+            table(&paced)
+        ));
+        rs.extend(paced);
+    }
     print!("{t}");
     if let Some(dir) = &a.out {
         std::fs::create_dir_all(dir)
@@ -366,6 +400,7 @@ pub fn run(a: &MediaBenchArgs) -> CliResult<i32> {
             "optane_bytes": a.optane,
             "live": a.live,
             "read_every": a.read_every,
+            "rate_mbps": a.rate,
             "seed": a.seed,
             "runs": rs,
         });

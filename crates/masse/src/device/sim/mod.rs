@@ -509,6 +509,14 @@ impl SimDevice {
         st.vclock += ns;
     }
 
+    /// Virtual time: move the clock forward to `t_ns` if it is behind (a
+    /// command scheduled at `t_ns` by an open-loop load generator). No effect
+    /// in real time.
+    pub fn advance_to(&self, t_ns: u64) {
+        let mut st = self.inner.state.lock();
+        st.vclock = st.vclock.max(t_ns);
+    }
+
     /// Virtual time: let the clock run until the drive is idle.
     pub fn settle(&self) {
         let mut st = self.inner.state.lock();
