@@ -589,12 +589,9 @@ pub struct Advice {
 
 pub fn advise(v: &Verdict, reclaim_unit: u64) -> Advice {
     let iu = v.iu.max(4096);
-    let band = |b: u64| {
-        if reclaim_unit > 0 {
-            (b / reclaim_unit).max(1) * reclaim_unit
-        } else {
-            b
-        }
+    let band = |b: u64| match b.checked_div(reclaim_unit) {
+        Some(n) => n.max(1) * reclaim_unit,
+        None => b,
     };
     match v.class {
         Class::Scm => Advice {

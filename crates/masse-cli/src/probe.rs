@@ -270,13 +270,9 @@ pub fn probe(
         use std::os::unix::fs::FileTypeExt;
         m.file_type().is_block_device()
     });
-    let skip = skip_if_known && facts.memory_fs.is_some()
-        || skip_if_known
-            && facts
-                .model
-                .as_deref()
-                .and_then(masse_cli::media::known_model)
-                .is_some();
+    let skip = skip_if_known
+        && (facts.memory_fs.is_some()
+            || facts.model.as_deref().and_then(masse_cli::media::known_model).is_some());
     let (measured, on) = match measure_secs {
         None => (None, "not measured (--no-measure)".to_string()),
         Some(_) if skip => (None, "not measured: the system already identifies the media".to_string()),

@@ -81,7 +81,7 @@ fn run(kind: ProfileKind, ops: &[Op]) -> Result<(), TestCaseError> {
         c.buffer_merged_ius,
         c.host_write_bytes
     );
-    prop_assert!(c.nand_write_bytes % iu == 0);
+    prop_assert!(c.nand_write_bytes.is_multiple_of(iu));
     prop_assert!(dev.mapped_bytes() <= CAP.div_ceil(iu) * iu);
     Ok(())
 }
