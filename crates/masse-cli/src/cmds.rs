@@ -100,6 +100,13 @@ pub fn create(a: &CreateArgs) -> CliResult<i32> {
         .map_err(|e| CliError::new(format!("closing the new pool: {e}")))?;
     println!("created a {} pool", layout.geometry.mode.name());
     print!("{}", layout.to_text("  "));
+    if !crate::pool::sim_report().is_empty() {
+        println!(
+            "note: the pool is on emulated drives, which live in this process only; \
+             `masse demo` with the same --fast/--capacity runs a workload on them"
+        );
+        return Ok(0);
+    }
     println!(
         "use it with: masse put{} KEY VALUE",
         pool_flags(a.pool.fast.as_deref(), &a.pool.capacity)

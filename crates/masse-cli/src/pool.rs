@@ -60,6 +60,44 @@ pub fn sim_arg(p: &Path) -> Option<&str> {
         .filter(|s| masse::device::SimConfig::is_sim_path(s))
 }
 
+/// Emulated drives this process made, so commands can report what happened
+/// inside them.
+static SIMS: std::sync::Mutex<Vec<masse::device::SimDevice>> = std::sync::Mutex::new(Vec::new());
+
+fn remember_sim(d: &masse::device::SimDevice) {
+    if let Ok(mut v) = SIMS.lock() {
+        v.push(d.clone());
+    }
+}
+
+/// One line per emulated drive of this process: what happened inside it.
+pub fn sim_report() -> Vec<String> {
+    let Ok(v) = SIMS.lock() else {
+        return Vec::new();
+    };
+    v.iter()
+        .map(|d| {
+            let s = d.stats();
+            let us = |n: u64| n as f64 / 1000.0;
+            format!(
+                "emulated {}: host writes {}, NAND writes {} (device WAF {:.2}), {} IU read-modify-writes, \
+                 GC copied {}, {} erases; modelled read latency µs p50 {:.0} p99 {:.0} p99.9 {:.0} max {:.0}",
+                s.spec,
+                fmt_bytes(s.ftl.host_write_bytes),
+                fmt_bytes(s.ftl.nand_write_bytes),
+                s.waf,
+                s.ftl.rmw_ius,
+                fmt_bytes(s.ftl.gc_write_bytes),
+                s.ftl.erases,
+                us(s.read_latency.p50_ns),
+                us(s.read_latency.p99_ns),
+                us(s.read_latency.p999_ns),
+                us(s.read_latency.max_ns),
+            )
+        })
+        .collect()
+}
+
 /// Pool configuration family, as named on the command line.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModeArg {
@@ -211,8 +249,10 @@ impl PoolArgs {
                         size_flag: &str|
          -> CliResult<DeviceSpec> {
             if let Some(arg) = sim_arg(p) {
-                return DeviceSpec::parse(arg, None)
-                    .map_err(|e| CliError::new(format!("{flag}: {e}")));
+                let dev = masse::device::SimDevice::open(arg)
+                    .map_err(|e| CliError::new(format!("{flag} {arg}: {e}")))?;
+                remember_sim(&dev);
+                return Ok(DeviceSpec::Device(std::sync::Arc::new(dev)));
             }
             if p.exists() {
                 return Ok(match size {

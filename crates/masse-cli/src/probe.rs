@@ -54,6 +54,9 @@ pub struct ProbeReport {
     pub measured_on: String,
     pub verdict: Verdict,
     pub advice: Advice,
+    /// Emulated drives: what the model itself recorded during the measurement
+    /// (device-side latencies, free of this host's CPU and timer overheads).
+    pub emulator: Option<masse::device::sim::SimStats>,
 }
 
 /// Removes the temporary test file on drop.
@@ -234,6 +237,7 @@ pub fn probe(
             ..Default::default()
         };
         let virtual_time = sim.config().time == masse::device::sim::TimeMode::Virtual;
+        let handle = sim.clone();
         let dev: Arc<dyn Device> = Arc::new(sim);
         let (measured, on) = match measure_secs {
             Some(_) if virtual_time => (
@@ -254,7 +258,9 @@ pub fn probe(
             verdict.iu = info.indirection_unit;
         }
         let advice = advise(&verdict, info.reclaim_unit);
+        let emulator = measured.as_ref().map(|_| handle.stats());
         return Ok(ProbeReport {
+            emulator,
             device: device.into(),
             facts,
             measured,
@@ -272,7 +278,11 @@ pub fn probe(
     });
     let skip = skip_if_known
         && (facts.memory_fs.is_some()
-            || facts.model.as_deref().and_then(masse_cli::media::known_model).is_some());
+            || facts
+                .model
+                .as_deref()
+                .and_then(masse_cli::media::known_model)
+                .is_some());
     let (measured, on) = match measure_secs {
         None => (None, "not measured (--no-measure)".to_string()),
         Some(_) if skip => (None, "not measured: the system already identifies the media".to_string()),
@@ -306,6 +316,7 @@ pub fn probe(
     let verdict = classify(&facts, measured.as_ref());
     let advice = advise(&verdict, 0);
     Ok(ProbeReport {
+        emulator: None,
         device: device.into(),
         facts,
         measured,
@@ -378,6 +389,31 @@ pub fn to_text(r: &ProbeReport) -> String {
             m.loaded_read_p50_us, m.loaded_read_p99_us, m.loaded_read_p999_us
         );
         let _ = writeln!(s, "    took {:.1} s", m.seconds);
+    }
+    if let Some(e) = &r.emulator {
+        let us = |n: u64| n as f64 / 1000.0;
+        let _ = writeln!(
+            s,
+            "  modelled       (the emulator's own figures; the wall-clock ones above include this host's CPU and timer costs)"
+        );
+        let _ = writeln!(
+            s,
+            "    reads        p50 {:.1} µs   p99 {:.1} µs   p99.9 {:.1} µs   max {:.1} µs ({} reads, idle and under writes)",
+            us(e.read_latency.p50_ns),
+            us(e.read_latency.p99_ns),
+            us(e.read_latency.p999_ns),
+            us(e.read_latency.max_ns),
+            e.read_latency.count
+        );
+        let _ = writeln!(
+            s,
+            "    writes       p50 {:.1} µs   p99 {:.1} µs; device WAF {:.2}, {} IU read-modify-writes, {} erases",
+            us(e.write_latency.p50_ns),
+            us(e.write_latency.p99_ns),
+            e.waf,
+            e.ftl.rmw_ius,
+            e.ftl.erases
+        );
     }
     let v = &r.verdict;
     let _ = writeln!(
