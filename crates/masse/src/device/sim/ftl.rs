@@ -94,8 +94,12 @@ pub(crate) struct Ftl {
     /// IUs written recently enough to still sit in the drive's write buffer:
     /// further writes to them merge there (so sequential 4 KiB writes to a
     /// 64 KiB-IU drive cost one IU program, not sixteen).
-    buffered: std::collections::HashMap<u64, u64>,
-    buffer_order: std::collections::VecDeque<u64>,
+    /// IU → (in the buffer until, insertion number).
+    buffered: std::collections::HashMap<u64, (u64, u64)>,
+    /// (IU, insertion number), oldest first; entries whose number no longer
+    /// matches `buffered` are stale and skipped (no O(n) removal).
+    buffer_order: std::collections::VecDeque<(u64, u64)>,
+    buffer_seq: u64,
     buffer_ius: usize,
     /// Buffered host writes not yet programmed: (program done, bytes).
     buf_heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u64)>>,
@@ -156,6 +160,7 @@ impl Ftl {
             next_die: 0,
             buffered: std::collections::HashMap::new(),
             buffer_order: std::collections::VecDeque::new(),
+            buffer_seq: 0,
             buffer_ius: if p.in_place {
                 0
             } else {
@@ -382,7 +387,7 @@ impl Ftl {
             if self
                 .buffered
                 .get(&liu)
-                .is_some_and(|&until| until > arrived)
+                .is_some_and(|&(until, _)| until > arrived)
             {
                 // Its previous version is still in the write buffer, not yet
                 // programmed: the new data merges there.
@@ -476,9 +481,7 @@ impl Ftl {
         let end = (off + len) / self.iu;
         for liu in first..end {
             self.invalidate(liu);
-            if self.buffered.remove(&liu).is_some() {
-                self.buffer_order.retain(|&x| x != liu);
-            }
+            self.buffered.remove(&liu);
         }
     }
 
@@ -488,18 +491,25 @@ impl Ftl {
         if self.buffer_ius == 0 {
             return;
         }
-        while self.buffer_order.len() >= self.buffer_ius {
+        while self.buffered.len() >= self.buffer_ius {
             match self.buffer_order.pop_front() {
-                Some(old) => {
-                    self.buffered.remove(&old);
+                Some((old, seq)) => {
+                    if self.buffered.get(&old).is_some_and(|&(_, s)| s == seq) {
+                        self.buffered.remove(&old);
+                    }
                 }
                 None => break,
             }
         }
-        if self.buffered.insert(liu, until).is_some() {
-            self.buffer_order.retain(|&x| x != liu);
+        self.buffer_seq += 1;
+        self.buffered.insert(liu, (until, self.buffer_seq));
+        self.buffer_order.push_back((liu, self.buffer_seq));
+        // Stale entries are dropped as they reach the front; bound the rest.
+        if self.buffer_order.len() > 4 * self.buffer_ius + 64 {
+            let live = &self.buffered;
+            self.buffer_order
+                .retain(|&(l, s)| live.get(&l).is_some_and(|&(_, ls)| ls == s));
         }
-        self.buffer_order.push_back(liu);
     }
 
     /// In-place media: 4 KiB units interleaved over the media units.
