@@ -296,6 +296,38 @@ pub(crate) struct Inner {
     pub ckpt_lock: Mutex<u64>,
     pub bytes_since_ckpt: AtomicU64,
     pub recovery: Mutex<RecoveryInfo>,
+    /// scm-only in-place updates, as a seqlock: odd while pages are being
+    /// overwritten. A read that fails its checksum while this moved raced an
+    /// in-place update (it may have seen half a page) and is retried.
+    pub inplace_gen: AtomicU64,
+    /// What background work is running right now, for [`Db::activity`].
+    pub gc_active: AtomicBool,
+    pub ckpt_active: AtomicBool,
+}
+
+/// Sets a flag for as long as it lives (cleared on every exit path).
+pub(crate) struct ActiveFlag<'a>(&'a AtomicBool);
+
+impl<'a> ActiveFlag<'a> {
+    pub fn set(f: &'a AtomicBool) -> ActiveFlag<'a> {
+        f.store(true, SeqCst);
+        ActiveFlag(f)
+    }
+}
+
+impl Drop for ActiveFlag<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, SeqCst);
+    }
+}
+
+/// Background work running at one instant (see [`Db::activity`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Activity {
+    /// A GC pass is choosing or emptying a band.
+    pub gc: bool,
+    /// An index checkpoint is being written.
+    pub checkpoint: bool,
 }
 
 // ---------------------------------------------------------------------------
@@ -486,6 +518,9 @@ impl Db {
             ckpt_lock: Mutex::new(0),
             bytes_since_ckpt: AtomicU64::new(0),
             recovery: Mutex::new(RecoveryInfo::default()),
+            inplace_gen: AtomicU64::new(0),
+            gc_active: AtomicBool::new(false),
+            ckpt_active: AtomicBool::new(false),
             layout,
             pool,
             opts,
@@ -541,6 +576,7 @@ impl Db {
             bytes: encode_new(key, value, 0),
             kind: Kind::Put,
         };
+        self.inner.check_record_fits(rec.bytes.len())?;
         self.inner.write(vec![rec], Class::User)?;
         self.inner.c.puts.fetch_add(1, Relaxed);
         self.inner
@@ -580,9 +616,14 @@ impl Db {
         let max = self.inner.max_group_bytes();
         let total: usize = batch.recs.iter().map(|r| round_up(r.bytes.len(), 8)).sum();
         if total > max {
-            return Err(Error::InvalidConfig(format!(
-                "write batch of {total} bytes exceeds the largest atomic group ({max} bytes)"
-            )));
+            return Err(Error::TooLarge {
+                what: "write batch",
+                len: total,
+                max,
+            });
+        }
+        for r in &batch.recs {
+            self.inner.check_record_fits(r.bytes.len())?;
         }
         let (n, bytes, deletes) = (batch.recs.len() as u64, batch.bytes, batch.deletes);
         self.inner.write(batch.recs, class)?;
@@ -763,6 +804,15 @@ impl Db {
         self.inner.h.reset();
     }
 
+    /// What background work is running at this instant: for crash-test harnesses
+    /// that want to know what a kill interrupted, and for monitoring.
+    pub fn activity(&self) -> Activity {
+        Activity {
+            gc: self.inner.gc_active.load(SeqCst),
+            checkpoint: self.inner.ckpt_active.load(SeqCst),
+        }
+    }
+
     /// The pool geometry.
     pub fn geometry(&self) -> &Geometry {
         &self.inner.pool.geo
@@ -841,10 +891,19 @@ impl Iterator for Iter<'_> {
                 if loc.is_tombstone() {
                     continue;
                 }
-                return Some(inner.read_record(loc).and_then(|b| {
-                    let (_, k, v) = decode_record(&b)?;
-                    Ok((k.to_vec(), v.to_vec()))
-                }));
+                let mut tries = 0;
+                loop {
+                    let gen = inner.inplace_gen.load(SeqCst);
+                    let r = inner.read_record(loc).and_then(|b| {
+                        let (_, k, v) = decode_record(&b)?;
+                        Ok((k.to_vec(), v.to_vec()))
+                    });
+                    tries += 1;
+                    if r.is_err() && tries < 16 && inner.inplace_raced(gen) {
+                        continue; // an in-place update overlapped the read
+                    }
+                    return Some(r);
+                }
             }
             if self.shard >= inner.index.shard_count() {
                 return None;
@@ -901,6 +960,27 @@ impl Inner {
         let w = writer::Waiter::new();
         self.send(WMsg::Barrier(w.clone()))?;
         w.wait()
+    }
+
+    /// Largest encoded record this pool can place: one band's segments, less the
+    /// segment header, footer and one summary entry. Checked before a record
+    /// reaches the group commit, where a misfit would fail the whole database.
+    pub(crate) fn max_record_bytes(&self) -> usize {
+        let band = (self.layout.slots_per_band * self.layout.seg) as usize;
+        let room = band.saturating_sub(SEG_HEADER + SEG_FOOTER + SUMMARY_ENTRY + MAX_STRADDLE_PAD);
+        room.min(self.max_group_bytes())
+    }
+
+    pub(crate) fn check_record_fits(&self, len: usize) -> Result<()> {
+        let max = self.max_record_bytes();
+        if round_up(len, 8) > max {
+            return Err(Error::TooLarge {
+                what: "record",
+                len,
+                max,
+            });
+        }
+        Ok(())
     }
 
     /// Largest group the pad can always take.
@@ -1032,6 +1112,71 @@ impl Inner {
         }
     }
 
+    /// scm-only (the 3D XPoint rule: write in place, 4 KiB-aligned): if `p`'s key
+    /// has a live record of exactly the new record's length on the device (not in
+    /// DRAM, not in a band GC is emptying) that lies within one 4 KiB page, patch
+    /// the new record into that page's image in `pages` (reading the page once)
+    /// and return true. The record keeps the old one's segment tag, sequence
+    /// number and flags, so the segment's summary still describes it and nothing
+    /// else (index, space accounting, checkpoints, recovery) changes. A single
+    /// 4 KiB page write is atomic on the media this mode is for (power-loss
+    /// protected SCM), so a crash leaves the old or the new record, whole.
+    /// Called under the write state, so GC cannot pick the band meanwhile.
+    fn try_in_place(&self, p: &PRec, pages: &mut Vec<(usize, u64, AlignedBuf)>) -> Result<bool> {
+        let Some(l) = self.index.get(p.digest) else {
+            return Ok(false);
+        };
+        let loc = Loc(l);
+        let len = p.bytes.len();
+        if loc.is_tombstone() || round_up(len, 8) as u32 != loc.len8() {
+            return Ok(false);
+        }
+        if self.bufs.read().contains_key(&loc.slot()) {
+            return Ok(false);
+        }
+        let band = self.layout.band_of_slot(loc.slot());
+        if !matches!(
+            self.bands.lock().bands[band as usize].state,
+            BandState::Open | BandState::Sealed
+        ) {
+            return Ok(false);
+        }
+        let (dev, base) = self.layout.slot_addr(loc.slot());
+        let abs = base + loc.offset() as u64;
+        let page = round_down64(abs, 4096);
+        if abs + len as u64 > page + 4096 {
+            return Ok(false);
+        }
+        let i = match pages.iter().position(|(d, o, _)| *d == dev && *o == page) {
+            Some(i) => i,
+            None => {
+                let mut b = AlignedBuf::new(4096);
+                let d = &self.pool.caps[dev];
+                d.read_at(&mut b, page).map_err(|e| {
+                    Error::io(&d.info().path, "reading a page to update in place", e)
+                })?;
+                pages.push((dev, page, b));
+                pages.len() - 1
+            }
+        };
+        let at = (abs - page) as usize;
+        let img = &mut pages[i].2;
+        let old = &img[at..at + len];
+        let Ok((h, old_key, _)) = decode_record(old) else {
+            return Ok(false); // not a record we can vouch for: append instead
+        };
+        let new_h = peek_record(&p.bytes)
+            .ok_or_else(|| Error::Corruption("internal: bad record".into()))?;
+        let new_key = &p.bytes[RECORD_HEADER..RECORD_HEADER + new_h.key_len as usize];
+        if h.total_len() != len || h.flags & REC_TOMBSTONE != 0 || old_key != new_key {
+            return Ok(false);
+        }
+        let mut bytes = p.bytes.clone();
+        stamp(&mut bytes, h.seg_tag, h.seq, h.flags);
+        img[at..at + len].copy_from_slice(&bytes);
+        Ok(true)
+    }
+
     /// Bytes of room a record needs at most (padding for the 4 KiB straddle rule included).
     fn rec_need(len: usize) -> u64 {
         (round_up(len, 8) + SUMMARY_ENTRY + MAX_STRADDLE_PAD.min(len)) as u64
@@ -1077,7 +1222,25 @@ impl Inner {
             .iter()
             .any(|r| r.recs.iter().any(|p| p.kind == Kind::Delete));
         let mut put_in_group: HashMap<Digest, bool> = HashMap::new();
+        // scm-only: lone puts of an unchanged size overwrite their record in place;
+        // a key this group appends to must not be overwritten in place after that.
+        let scm = self.pool.geo.mode == Mode::ScmOnly;
+        let mut appended: std::collections::HashSet<Digest> = Default::default();
+        let mut user_in_group: std::collections::HashSet<Digest> = Default::default();
+        let mut pages: Vec<(usize, u64, AlignedBuf)> = Vec::new();
+        let mut in_place: Vec<&Arc<Req>> = Vec::new();
         for r in batch {
+            if scm
+                && r.class == Class::User
+                && r.recs.len() == 1
+                && r.recs[0].kind == Kind::Put
+                && !appended.contains(&r.recs[0].digest)
+                && self.try_in_place(&r.recs[0], &mut pages)?
+            {
+                user_in_group.insert(r.recs[0].digest);
+                in_place.push(r);
+                continue;
+            }
             // Space is checked against everything this group already took.
             let need: u64 = r.recs.iter().map(|p| Self::rec_need(p.bytes.len())).sum();
             if r.class != Class::Replay && !self.space_ok(ws, r.class, group_need + need) {
@@ -1106,14 +1269,48 @@ impl Inner {
                         }
                         live
                     }
-                    Kind::Relocate(old) => self.index.get(p.digest) == Some(old.0),
+                    // A move placed after a user write of the same key in this group
+                    // would sit at a later position, and recovery ("later position
+                    // wins") would bring the moved, older version back. Drop it: the
+                    // user write makes the old record dead anyway.
+                    Kind::Relocate(old) => {
+                        self.index.get(p.digest) == Some(old.0)
+                            && !user_in_group.contains(&p.digest)
+                    }
                 };
+                if keep && !matches!(p.kind, Kind::Relocate(_)) {
+                    user_in_group.insert(p.digest);
+                }
                 if keep {
                     group_bytes += round_up(p.bytes.len(), 8);
                     idx.push(i);
+                    if scm {
+                        appended.insert(p.digest);
+                    }
                 }
             }
             take.push((r, idx));
+        }
+        if !in_place.is_empty() {
+            // Through the single writer like every capacity write; durable (synced)
+            // before the puts are acknowledged.
+            let n = pages.len() as u64;
+            self.inplace_gen.fetch_add(1, SeqCst);
+            let res = self
+                .send(WMsg::InPlace(std::mem::take(&mut pages)))
+                .and_then(|_| self.writer_barrier());
+            self.inplace_gen.fetch_add(1, SeqCst);
+            res?;
+            self.c
+                .inplace_writes
+                .fetch_add(in_place.len() as u64, Relaxed);
+            self.c.inplace_bytes.fetch_add(n * 4096, Relaxed);
+            self.c
+                .commit_records
+                .fetch_add(in_place.len() as u64, Relaxed);
+            for r in in_place {
+                r.complete(Outcome::Done(0));
+            }
         }
         if group_bytes == 0 {
             for (r, idx) in &take {
@@ -1610,13 +1807,14 @@ impl Inner {
             if loc.is_tombstone() {
                 return Ok(None);
             }
+            let gen = self.inplace_gen.load(SeqCst);
             let res = self.read_record(loc).and_then(|b| {
                 let (_, k, v) = decode_record(&b)?;
                 Ok((k == key).then(|| v.to_vec()))
             });
             match res {
                 Ok(Some(v)) => return Ok(Some(v)),
-                Ok(None) | Err(_) if self.index.get(d) != Some(l) => {
+                Ok(None) | Err(_) if self.index.get(d) != Some(l) || self.inplace_raced(gen) => {
                     // GC moved the record (or the key changed) while we read: look again.
                     self.c.read_retries.fetch_add(1, Relaxed);
                     last = Some(l);
@@ -1642,6 +1840,12 @@ impl Inner {
     }
 
     /// The bytes of the record at `loc` (from a DRAM buffer or one device read).
+    /// Whether an in-place update may have overlapped a read that started when
+    /// the seqlock read `gen`.
+    pub(crate) fn inplace_raced(&self, gen: u64) -> bool {
+        gen & 1 == 1 || self.inplace_gen.load(SeqCst) != gen
+    }
+
     pub(crate) fn read_record(&self, loc: Loc) -> Result<Vec<u8>> {
         let off = loc.offset() as usize;
         let len = loc.len8() as usize;
@@ -1727,6 +1931,8 @@ impl Inner {
             segments_written: ld(&c.segments_written),
             segment_bytes_written: seg_bytes,
             partial_flushes: ld(&c.partial_flushes),
+            inplace_writes: ld(&c.inplace_writes),
+            inplace_bytes: ld(&c.inplace_bytes),
             forced_seals: ld(&c.forced_seals),
             host_write_amplification: if user > 0 {
                 cap_written as f64 / user as f64
@@ -1783,4 +1989,88 @@ struct Placed {
 
 fn req_bytes(r: &Req) -> usize {
     r.recs.iter().map(|p| round_up(p.bytes.len(), 8)).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{Device, MemDevice};
+    use crate::DeviceSpec;
+
+    fn pool(dev: &MemDevice) -> PoolConfig {
+        let mut c =
+            PoolConfig::capacity_only(DeviceSpec::Device(Arc::new(dev.clone()) as Arc<dyn Device>));
+        c.segment_size = Some(32 << 10);
+        c.band_size = Some(512 << 10);
+        c
+    }
+
+    fn opts() -> Options {
+        Options {
+            background_gc: false,
+            histograms: false,
+            ..Options::default()
+        }
+    }
+
+    /// A GC move of key K and a user write of K in the same group commit: the
+    /// move must not be placed after the write, or recovery ("later position
+    /// wins") resurrects the moved, older version. Found by `masse stress`
+    /// (scm-only kill loop, seed 13: deleted keys came back after a crash).
+    fn move_and_write_in_one_group(user: PRec, expect: Option<&[u8]>) {
+        let dev = MemDevice::new(16 << 20);
+        let db = Db::create(&pool(&dev), opts()).expect("create");
+        db.put(b"K", b"old value").expect("put");
+        db.put(b"other", b"x").expect("put");
+        let inner = &db.inner;
+        let d = digest(b"K");
+        let loc = Loc(inner.index.get(d).expect("K indexed"));
+        let mut bytes = inner.read_record(loc).expect("read K");
+        bytes.truncate(peek_record(&bytes).expect("header").total_len()); // as GC copies it
+        let mv = Req::new(
+            vec![PRec {
+                digest: d,
+                bytes,
+                kind: Kind::Relocate(loc),
+            }],
+            Class::Gc,
+        );
+        let class = if user.kind == Kind::Delete {
+            Class::Delete
+        } else {
+            Class::User
+        };
+        let w = Req::new(vec![user], class);
+        {
+            let mut ws = inner.ws.lock();
+            inner
+                .commit_group(&mut ws, &[w.clone(), mv.clone()])
+                .expect("commit");
+        }
+        assert_eq!(db.get(b"K").expect("get").as_deref(), expect);
+        drop(db); // crash: reopen recovers from the log
+        let db = Db::open(&pool(&dev), opts()).expect("reopen");
+        assert_eq!(db.get(b"K").expect("get after recovery").as_deref(), expect);
+        db.close().expect("close");
+    }
+
+    #[test]
+    fn a_move_after_a_delete_in_one_group_does_not_resurrect() {
+        let del = PRec {
+            digest: digest(b"K"),
+            bytes: encode_new(b"K", b"", REC_TOMBSTONE),
+            kind: Kind::Delete,
+        };
+        move_and_write_in_one_group(del, None);
+    }
+
+    #[test]
+    fn a_move_after_a_put_in_one_group_does_not_win() {
+        let put = PRec {
+            digest: digest(b"K"),
+            bytes: encode_new(b"K", b"new value", 0),
+            kind: Kind::Put,
+        };
+        move_and_write_in_one_group(put, Some(b"new value"));
+    }
 }

@@ -40,6 +40,19 @@ pub enum Error {
         /// Maximum allowed.
         max: usize,
     },
+    /// A record or batch bigger than this pool's geometry can store atomically
+    /// (a record must fit in one band; a batch in one group commit). Nothing was written.
+    #[error(
+        "{what} of {len} bytes is too large for this pool (at most {max} bytes with its geometry)"
+    )]
+    TooLarge {
+        /// "record" or "write batch".
+        what: &'static str,
+        /// Encoded size.
+        len: usize,
+        /// The pool's limit.
+        max: usize,
+    },
     /// A configuration value is unusable.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

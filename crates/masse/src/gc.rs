@@ -176,6 +176,7 @@ pub(crate) fn gc_pass(inner: &Inner, urgent: bool) -> Result<GcOutcome> {
             ));
         }
     };
+    let _active = crate::db::ActiveFlag::set(&inner.gc_active);
     let payload = inner.layout.band_payload();
     let victim = {
         // Choose under the write state: a group commit applies its records to the

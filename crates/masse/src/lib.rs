@@ -42,7 +42,7 @@ mod writer;
 
 pub use check::CheckReport;
 pub use config::{DeviceSpec, IoChoice, Options, PoolConfig};
-pub use db::{BandStatus, Db, Iter, SegmentStatus, WriteBatch};
+pub use db::{Activity, BandStatus, Db, Iter, SegmentStatus, WriteBatch};
 pub use error::{Error, Result};
 pub use format::{Geometry, Mode, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use stats::Stats;

@@ -561,6 +561,7 @@ fn try_load(inner: &Inner, off: u64, h: &CheckpointHeader) -> Result<Vec<BandRec
 /// because the index does not fit.
 pub(crate) fn checkpoint(inner: &Inner) -> Result<bool> {
     let mut last = inner.ckpt_lock.lock();
+    let _active = crate::db::ActiveFlag::set(&inner.ckpt_active);
     let g = &inner.layout.geo;
     inner.bytes_since_ckpt.store(0, Relaxed);
     if g.ckpt_slot_size < 8192 {

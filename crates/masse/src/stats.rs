@@ -50,6 +50,8 @@ pub(crate) struct Counters {
     pub segments_written: AtomicU64,
     pub segment_bytes: AtomicU64,
     pub partial_flushes: AtomicU64,
+    pub inplace_writes: AtomicU64,
+    pub inplace_bytes: AtomicU64,
     pub forced_seals: AtomicU64,
     pub gc_runs: AtomicU64,
     pub gc_bands_freed: AtomicU64,
@@ -190,6 +192,10 @@ pub struct Stats {
     pub segment_bytes_written: u64,
     /// Partial-segment flushes (capacity-only / scm-only group commits).
     pub partial_flushes: u64,
+    /// Updates written over the old record in place (scm-only mode).
+    pub inplace_writes: u64,
+    /// Bytes written to the capacity tier by in-place updates (whole 4 KiB pages).
+    pub inplace_bytes: u64,
     /// Segments sealed before full because the pad ran out of room.
     pub forced_seals: u64,
     /// Capacity-tier bytes written ÷ user bytes written.
@@ -280,10 +286,12 @@ impl Stats {
         );
         let _ = writeln!(
             s,
-            "capacity tier        {} segments ({:.1} MiB) + {} partial flushes; host write amplification {:.3}",
+            "capacity tier        {} segments ({:.1} MiB) + {} partial flushes + {} in-place updates ({:.1} MiB); host write amplification {:.3}",
             self.segments_written,
             mib(self.segment_bytes_written),
             self.partial_flushes,
+            self.inplace_writes,
+            mib(self.inplace_bytes),
             self.host_write_amplification
         );
         let _ = writeln!(

@@ -6,6 +6,7 @@
 //! what those writes made redundant: DRAM segment buffers and write-pad space.
 
 use crate::db::{BandState, Inner, SegBuf};
+use crate::device::AlignedBuf;
 use crate::error::{Error, Result};
 use crate::format::{BandHeader, PadHeader};
 use crossbeam_channel::Receiver;
@@ -30,6 +31,9 @@ pub(crate) enum WMsg {
         from: usize,
         to: usize,
     },
+    /// Overwrite whole 4 KiB pages of a capacity device in place (scm-only
+    /// updates): `(device, offset, page image)`.
+    InPlace(Vec<(usize, u64, AlignedBuf)>),
     /// Completes once everything sent before it is durable.
     Barrier(Arc<Waiter>),
 }
@@ -71,16 +75,20 @@ pub(crate) fn run(inner: Arc<Inner>, rx: Receiver<WMsg>) {
                 Err(_) => break,
             }
         }
+        // Taken before the burst: a burst that fails midway has already drained
+        // (and dropped) some messages, and every waiter must still hear of it.
+        let waiters: Vec<Arc<Waiter>> = msgs
+            .iter()
+            .filter_map(|m| match m {
+                WMsg::Barrier(w) | WMsg::BandHeader { free: Some(w), .. } => Some(w.clone()),
+                _ => None,
+            })
+            .collect();
         if let Err(e) = burst(&inner, &mut msgs) {
             let m = e.to_string();
             inner.fail(format!("capacity-tier writer failed: {m}"));
-            for msg in msgs {
-                match msg {
-                    WMsg::Barrier(w) | WMsg::BandHeader { free: Some(w), .. } => {
-                        w.complete(Err(m.clone()))
-                    }
-                    _ => {}
-                }
+            for w in waiters {
+                w.complete(Err(m.clone()));
             }
         }
     }
@@ -153,6 +161,15 @@ fn burst(inner: &Inner, msgs: &mut Vec<WMsg>) -> Result<()> {
                 d.write_at(&g[from..to], off + from as u64)
                     .map_err(|e| Error::io(&d.info().path, "flushing the open segment", e))?;
                 touched[dev] = true;
+            }
+            WMsg::InPlace(pages) => {
+                flush_pending(&mut pending)?;
+                for (dev, off, page) in &pages {
+                    let d = &inner.pool.caps[*dev];
+                    d.write_at(page, *off)
+                        .map_err(|e| Error::io(&d.info().path, "updating a record in place", e))?;
+                    touched[*dev] = true;
+                }
             }
             WMsg::Barrier(w) => waiters.push(w),
         }

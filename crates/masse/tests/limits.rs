@@ -49,3 +49,25 @@ fn limits_and_large_values() {
     assert!(rep.is_clean(), "{:?}", rep.errors);
     db.close().expect("close");
 }
+
+#[test]
+fn a_record_larger_than_a_band_is_refused_cleanly() {
+    // 512 KiB bands cannot hold a 1 MiB value: the put gets TooLarge, nothing is
+    // written, and the database keeps working (it used to fail the whole pool).
+    let p = MemPool::capacity_only(16 << 20).with_geometry(32 << 10, 512 << 10);
+    let db = masse::Db::create(&p.config(), opts()).expect("create");
+    db.put(b"small", b"v").expect("put");
+    let big = vec![7u8; 1 << 20];
+    match db.put(b"big", &big) {
+        Err(masse::Error::TooLarge { what: "record", .. }) => {}
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    let mut b = masse::WriteBatch::new();
+    b.put(b"big2", &big).expect("batch put");
+    assert!(matches!(db.write(b), Err(masse::Error::TooLarge { .. })));
+    db.put(b"after", b"ok")
+        .expect("the pool still takes writes");
+    assert_eq!(db.get(b"big").expect("get"), None);
+    assert_eq!(db.get(b"small").expect("get").as_deref(), Some(&b"v"[..]));
+    db.close().expect("close");
+}

@@ -1,0 +1,233 @@
+//! Bodies of the fuzz targets in `fuzz/fuzz_targets/` (cargo-fuzz / libFuzzer).
+//! Each takes arbitrary bytes and must return without panicking, hanging or
+//! reading out of bounds; a decoder must answer garbage with a clean error.
+//! They live here so the seed corpus (`fuzz/corpus/`) also runs as an ordinary
+//! test on stable Rust (`tests/fuzz_corpus.rs`).
+
+use masse::device::{AlignedBuf, Device, MemDevice};
+use masse::format::*;
+use masse::index::Index;
+use masse::{Db, DeviceSpec, Options, PoolConfig};
+use std::sync::{Arc, OnceLock};
+
+/// A record: `decode_record` and `peek_record`.
+pub fn record(data: &[u8]) {
+    let peek = peek_record(data);
+    if let Ok((h, k, v)) = decode_record(data) {
+        // A decoded record is internally consistent.
+        assert_eq!(k.len(), h.key_len as usize);
+        assert_eq!(v.len(), h.val_len as usize);
+        assert!(!k.is_empty() && k.len() <= MAX_KEY_LEN);
+        assert!(peek.is_some());
+    }
+}
+
+/// A segment tail: footer, then the summary it describes.
+pub fn segment(data: &[u8]) {
+    if let Some(f) = decode_footer(data) {
+        if let Ok(entries) = decode_summary(data, &f) {
+            assert_eq!(entries.len(), f.nrec as usize);
+        }
+    }
+    let _ = SegmentHeader::decode(data);
+}
+
+/// A superblock copy.
+pub fn superblock(data: &[u8]) {
+    let _ = Superblock::decode(data);
+}
+
+/// Every other fixed metadata block: epoch, band header, pad header, batch
+/// header (with its crc over the payload), checkpoint header, band record.
+pub fn metadata(data: &[u8]) {
+    let _ = EpochBlock::decode(data);
+    let _ = BandHeader::decode(data);
+    let _ = PadHeader::decode(data);
+    if let Some(h) = peek_batch(data) {
+        let _ = verify_batch(data, &h);
+    }
+    let _ = CheckpointHeader::decode(data);
+    let _ = BandRecord::decode(data);
+}
+
+/// A checkpoint's index shard image.
+pub fn index_image(data: &[u8]) {
+    let idx = Index::with_shards(4, 0);
+    if idx.load_shard_image(1, data).is_ok() {
+        // A loaded image is usable: walk it and probe it.
+        let mut n = 0usize;
+        idx.for_each_in_shard(1, |_| n += 1);
+        assert_eq!(n, idx.len());
+        let _ = idx.get(0x1234_5678_9abc_def0_0fed_cba9_8765_4321);
+    }
+}
+
+/// Size of the template pool device of [`pool_image`].
+pub const POOL_IMAGE_SIZE: u64 = 8 << 20;
+
+fn pool_config(dev: &MemDevice) -> PoolConfig {
+    let mut c =
+        PoolConfig::capacity_only(DeviceSpec::Device(Arc::new(dev.clone()) as Arc<dyn Device>));
+    c.segment_size = Some(16 << 10);
+    c.band_size = Some(256 << 10);
+    c
+}
+
+fn opts() -> Options {
+    Options {
+        histograms: false,
+        background_gc: false,
+        ..Options::default()
+    }
+}
+
+/// The template: a small capacity-only pool with live, overwritten and deleted
+/// keys, a checkpoint, and more writes after it, left as after a crash.
+fn template() -> &'static [u8] {
+    static T: OnceLock<Vec<u8>> = OnceLock::new();
+    T.get_or_init(|| {
+        let dev = MemDevice::new(POOL_IMAGE_SIZE);
+        let build = || -> masse::Result<()> {
+            let db = Db::create(&pool_config(&dev), opts())?;
+            for i in 0..400u32 {
+                db.put(
+                    format!("key{i}").as_bytes(),
+                    &vec![i as u8; (i % 700) as usize],
+                )?;
+            }
+            for i in (0..400u32).step_by(7) {
+                db.delete(format!("key{i}").as_bytes())?;
+            }
+            db.checkpoint()?;
+            for i in 0..150u32 {
+                db.put(format!("key{i}").as_bytes(), format!("v2-{i}").as_bytes())?;
+            }
+            drop(db); // crash: recovery must replay after the checkpoint
+            Ok(())
+        };
+        let mut img = vec![0u8; POOL_IMAGE_SIZE as usize];
+        if build().is_ok() {
+            let mut b = AlignedBuf::new(1 << 20);
+            for (i, chunk) in img.chunks_mut(1 << 20).enumerate() {
+                if dev.read_at(&mut b, (i as u64) << 20).is_ok() {
+                    chunk.copy_from_slice(&b);
+                }
+            }
+        }
+        img
+    })
+}
+
+/// Opens a corrupted pool image: the template with `data` applied as patches
+/// (`[offset u32][len u8][bytes]…`, offsets modulo the device size), then
+/// reads, iterates and checks whatever opens. Errors are fine; panics are not.
+pub fn pool_image(data: &[u8]) {
+    let mut img = template().to_vec();
+    let mut p = data;
+    while p.len() >= 5 {
+        let off = u32::from_le_bytes([p[0], p[1], p[2], p[3]]) as usize % img.len();
+        let len = (p[4] as usize).min(p.len() - 5);
+        let end = (off + len).min(img.len());
+        img[off..end].copy_from_slice(&p[5..5 + (end - off)]);
+        p = &p[5 + len..];
+    }
+    let dev = MemDevice::new(POOL_IMAGE_SIZE);
+    let mut b = AlignedBuf::new(1 << 20);
+    for (i, chunk) in img.chunks(1 << 20).enumerate() {
+        if chunk.iter().any(|&x| x != 0) {
+            b.copy_from_slice(chunk);
+            if dev.write_at(&b, (i as u64) << 20).is_err() {
+                return;
+            }
+        }
+    }
+    let Ok(db) = Db::open(&pool_config(&dev), opts()) else {
+        return;
+    };
+    for i in (0..400u32).step_by(13) {
+        let _ = db.get(format!("key{i}").as_bytes());
+    }
+    for kv in db.iter().take(1000) {
+        let _ = kv;
+    }
+    let _ = db.check();
+    let _ = db.put(b"after", b"fuzz");
+    let _ = db.gc_once();
+    let _ = db.close();
+}
+
+/// Seed inputs per target, made from real encodings: records, slices of the
+/// template pool (superblock, epoch and band headers, segments, the checkpoint
+/// slot) and patch lists for the pool image. Written to `fuzz/corpus/` by the
+/// ignored test `write_seed_corpus`; also run directly by the corpus test.
+pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
+    let mut out: Vec<(&'static str, Vec<u8>)> = Vec::new();
+    for (k, v) in [
+        (&b"k"[..], &b""[..]),
+        (b"key-1", b"value"),
+        (&[0xffu8; 64][..], &[7u8; 300][..]),
+    ] {
+        let mut r = vec![0u8; record_len(k.len(), v.len())];
+        encode_record(&mut r, 0x1234_5678, 42, 0, k, v);
+        out.push(("record", r.clone()));
+        r[RECORD_HEADER] ^= 1; // bad crc
+        out.push(("record", r));
+    }
+    let img = template();
+    let sb = img[..4096].to_vec();
+    out.push(("superblock", sb));
+    // Geometry of the template, to slice it (see `pool_config`).
+    let dev = MemDevice::new(POOL_IMAGE_SIZE);
+    if let Ok(db) = Db::create(&pool_config(&dev), opts()) {
+        let g = db.geometry().clone();
+        let _ = db.close();
+        let at =
+            |off: u64, len: usize| img[off as usize..(off as usize + len).min(img.len())].to_vec();
+        out.push(("metadata", at(4096, 4096)));
+        out.push(("metadata", at(8192, 4096)));
+        out.push(("metadata", at(g.data_start, 4096)));
+        out.push(("metadata", at(g.ckpt_offset, 4096)));
+        let seg = g.segment_size as u64;
+        for i in 0..3u64 {
+            out.push((
+                "segment",
+                at(
+                    g.data_start + g.band_header_size as u64 + i * seg,
+                    seg as usize,
+                ),
+            ));
+        }
+        // Patch lists: a byte in the superblock, the band header, a segment, the checkpoint.
+        for off in [
+            16u64,
+            g.data_start + 8,
+            g.data_start + g.band_header_size as u64 + 100,
+            g.ckpt_offset + 64,
+        ] {
+            let mut p = (off as u32).to_le_bytes().to_vec();
+            p.push(1);
+            p.push(0x5a);
+            out.push(("pool_image", p));
+        }
+    }
+    let idx = Index::with_shards(4, 0);
+    for i in 1..50u128 {
+        let _ = idx.insert(
+            i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834),
+            i as u64,
+        );
+    }
+    out.push(("index_image", idx.shard_image(1)));
+    out.push(("pool_image", Vec::new()));
+    out
+}
+
+/// Every target by name, for the corpus runner and the fuzz binaries.
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("record", record),
+    ("segment", segment),
+    ("superblock", superblock),
+    ("metadata", metadata),
+    ("index_image", index_image),
+    ("pool_image", pool_image),
+];
