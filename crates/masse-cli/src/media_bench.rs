@@ -200,7 +200,7 @@ fn direct(a: &MediaBenchArgs, writes: u64, rate: Option<f64>) -> CliResult<RunRe
     }
     pb.finish_and_clear();
     let s1 = dev.stats();
-    Ok(result(
+    let mut res = result(
         "direct 4 KiB random",
         writes * 4096,
         &s0,
@@ -208,7 +208,9 @@ fn direct(a: &MediaBenchArgs, writes: u64, rate: Option<f64>) -> CliResult<RunRe
         &h,
         0,
         t0.elapsed().as_secs_f64(),
-    ))
+    );
+    res.rate_mbps = rate;
+    Ok(res)
 }
 
 /// (b) The same user writes as puts of 4 KiB records through masse.
