@@ -83,16 +83,30 @@ pub struct CreateArgs {
     /// Default: refuse.
     #[arg(long)]
     pub force: bool,
+    /// Do not probe devices whose media the system does not state (a ~2 s measurement
+    /// on a temporary file next to each; see `masse probe`). Default: probe.
+    #[arg(long)]
+    pub no_probe: bool,
 }
 
 pub fn create(a: &CreateArgs) -> CliResult<i32> {
-    let (cfg, new_files) = a.pool.create_config(&a.geo, None, None)?;
+    let (mut cfg, new_files) = a.pool.create_config(&a.geo, None, None)?;
+    if !a.no_probe {
+        crate::probe_create::apply(&a.pool, &a.geo, &mut cfg);
+    }
     let db = create_pool(&cfg, &new_files, a.force, Options::default())?;
     let layout = PoolLayout::of(&db);
     db.close()
         .map_err(|e| CliError::new(format!("closing the new pool: {e}")))?;
     println!("created a {} pool", layout.geometry.mode.name());
     print!("{}", layout.to_text("  "));
+    if !crate::pool::sim_report().is_empty() {
+        println!(
+            "note: the pool is on emulated drives, which live in this process only; \
+             `masse demo` with the same --fast/--capacity runs a workload on them"
+        );
+        return Ok(0);
+    }
     println!(
         "use it with: masse put{} KEY VALUE",
         pool_flags(a.pool.fast.as_deref(), &a.pool.capacity)

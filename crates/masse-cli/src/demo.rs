@@ -1159,12 +1159,18 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
     out("engine statistics");
     print!("{}", stats.to_text());
     report.stats = Some(stats);
+    for line in crate::pool::sim_report() {
+        out(line);
+    }
 
     if failed_phase.is_some() {
         place.keep();
     }
     let pool_cmd = pool_flags(place.fast.as_deref(), &place.caps);
-    if place.explicit {
+    let on_sim = place.caps.iter().any(|c| crate::pool::sim_arg(c).is_some());
+    if on_sim {
+        out("the pool lived on emulated drives: it ends with this process");
+    } else if place.explicit {
         out(format!(
             "pool left on the devices given: inspect it with `masse stats{pool_cmd}`"
         ));

@@ -3,5 +3,6 @@
 //! written by the hidden crash-test child `masse ack-writer`.
 
 pub mod ack;
+pub mod media;
 pub mod rng;
 pub mod units;

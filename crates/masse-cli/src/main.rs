@@ -5,7 +5,10 @@ mod cmds;
 mod demo;
 mod error;
 mod machine;
+mod media_bench;
 mod pool;
+mod probe;
+mod probe_create;
 mod serve_nbd;
 mod stress;
 
@@ -88,6 +91,24 @@ enum Cmd {
     /// DRAM per key, pad and device I/O. The temporary files are removed unless --keep.
     Demo(demo::DemoArgs),
 
+    /// Identify a device's media (SCM, TLC, QLC, HDD) and the engine settings for it
+    ///
+    /// Reads what the system says (sysfs: rotational, block sizes, optimal I/O, discard,
+    /// zoned, the drive model against a table of known models), then measures for a few
+    /// seconds on a temporary file next to DEVICE (QD1 4 KiB read latency, 4 KiB random vs
+    /// 256 KiB sequential write bandwidth, read latency under writes). Prints the class and
+    /// the role, segment and band size, IU alignment and queue depth that follow. Works on
+    /// emulated drives (sim:qlc:64GiB) too.
+    Probe(probe::ProbeArgs),
+
+    /// Evidence benchmark: an emulated QLC drive written directly and through masse
+    ///
+    /// Drives sim:qlc with 4 KiB random writes at full span, then with the same user writes
+    /// as 4 KiB puts through masse (fast tier on sim:optane), in virtual time, and prints side
+    /// by side the QLC drive's device WAF, host WAF, NAND bytes and erases per user byte, and
+    /// the latency of 4 KiB reads issued during the writes.
+    MediaBench(media_bench::MediaBenchArgs),
+
     /// Crash and fault harness: random work against an oracle, kill loop, injected faults
     ///
     /// Runs many threads of random puts, deletes, atomic batches, gets and iterations
@@ -118,6 +139,8 @@ fn run(cli: Cli) -> CliResult<i32> {
         Cmd::Stats(a) => cmds::stats(a),
         Cmd::Check(a) => cmds::check(a),
         Cmd::Demo(a) => demo::run(a),
+        Cmd::Probe(a) => probe::run(a),
+        Cmd::MediaBench(a) => media_bench::run(a),
         Cmd::Stress(a) => stress::run(a),
         Cmd::Serve(a) => serve_nbd::run(a),
         Cmd::AckWriter(a) => ack_writer::run(a),

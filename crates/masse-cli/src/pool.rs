@@ -16,13 +16,15 @@ pub fn size_arg(s: &str) -> Result<u64, String> {
 #[derive(Args, Debug, Clone, Default)]
 pub struct PoolArgs {
     /// Fast-tier device: a file or block device on SCM-class media (Optane, Z-NAND,
-    /// XL-Flash, PMEM, or a file on tmpfs such as /dev/shm). It holds the write pad
-    /// and the index checkpoints. Optional: without it the pool is capacity-only
-    /// (or scm-only). Default: none.
+    /// XL-Flash, PMEM, or a file on tmpfs such as /dev/shm), or an emulated drive
+    /// such as sim:optane:4GiB (see docs/media.md). It holds the write pad and the
+    /// index checkpoints. Optional: without it the pool is capacity-only (or
+    /// scm-only). Default: none.
     #[arg(long, value_name = "PATH", help_heading = "Pool devices")]
     pub fast: Option<PathBuf>,
 
-    /// Capacity-tier device: a file or block device (QLC/TLC SSD) that receives only
+    /// Capacity-tier device: a file or block device (QLC/TLC SSD), or an emulated
+    /// drive such as sim:qlc:64GiB, that receives only
     /// large sequential writes, in LBands. Repeat for several devices; give them in the
     /// same order every time. At least one is required (except for `demo`, which then
     /// makes temporary files).
@@ -50,6 +52,50 @@ pub struct PoolArgs {
     /// Default: O_DIRECT wherever the filesystem accepts it.
     #[arg(long, help_heading = "Pool devices")]
     pub buffered: bool,
+}
+
+/// The `sim:PROFILE:SIZE[:OPTION...]` string of an emulated device, if `p` is one.
+pub fn sim_arg(p: &Path) -> Option<&str> {
+    p.to_str()
+        .filter(|s| masse::device::SimConfig::is_sim_path(s))
+}
+
+/// Emulated drives this process made, so commands can report what happened
+/// inside them.
+static SIMS: std::sync::Mutex<Vec<masse::device::SimDevice>> = std::sync::Mutex::new(Vec::new());
+
+fn remember_sim(d: &masse::device::SimDevice) {
+    if let Ok(mut v) = SIMS.lock() {
+        v.push(d.clone());
+    }
+}
+
+/// One line per emulated drive of this process: what happened inside it.
+pub fn sim_report() -> Vec<String> {
+    let Ok(v) = SIMS.lock() else {
+        return Vec::new();
+    };
+    v.iter()
+        .map(|d| {
+            let s = d.stats();
+            let us = |n: u64| n as f64 / 1000.0;
+            format!(
+                "emulated {}: host writes {}, NAND writes {} (device WAF {:.2}), {} IU read-modify-writes, \
+                 GC copied {}, {} erases; modelled read latency µs p50 {:.0} p99 {:.0} p99.9 {:.0} max {:.0}",
+                s.spec,
+                fmt_bytes(s.ftl.host_write_bytes),
+                fmt_bytes(s.ftl.nand_write_bytes),
+                s.waf,
+                s.ftl.rmw_ius,
+                fmt_bytes(s.ftl.gc_write_bytes),
+                s.ftl.erases,
+                us(s.read_latency.p50_ns),
+                us(s.read_latency.p99_ns),
+                us(s.read_latency.p999_ns),
+                us(s.read_latency.max_ns),
+            )
+        })
+        .collect()
 }
 
 /// Pool configuration family, as named on the command line.
@@ -160,6 +206,13 @@ impl PoolArgs {
     pub fn open_config(&self) -> CliResult<PoolConfig> {
         self.need_capacity()?;
         let spec = |p: &PathBuf, flag: &str| -> CliResult<DeviceSpec> {
+            if let Some(arg) = sim_arg(p) {
+                return Err(CliError::new(format!(
+                    "{flag} {arg}: an emulated device lives in the memory of one process, so a pool \
+                     on it exists only during the command that created it; use it with `masse demo`, \
+                     `masse probe`, `masse media-bench` or the library"
+                )));
+            }
             if !p.exists() {
                 return Err(CliError::new(format!(
                     "{flag} {}: no such file or device (create a pool with `masse create`)",
@@ -195,6 +248,12 @@ impl PoolArgs {
                         flag: &str,
                         size_flag: &str|
          -> CliResult<DeviceSpec> {
+            if let Some(arg) = sim_arg(p) {
+                let dev = masse::device::SimDevice::open(arg)
+                    .map_err(|e| CliError::new(format!("{flag} {arg}: {e}")))?;
+                remember_sim(&dev);
+                return Ok(DeviceSpec::Device(std::sync::Arc::new(dev)));
+            }
             if p.exists() {
                 return Ok(match size {
                     Some(s) => DeviceSpec::file(p, s),

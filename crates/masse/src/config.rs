@@ -1,6 +1,6 @@
 //! Pool configuration (what `create` formats) and runtime options.
 
-use crate::device::{Device, FileDevice, Media, OpenOptions};
+use crate::device::{Device, FileDevice, Media, OpenOptions, SimConfig, SimDevice};
 use crate::error::{Error, Result};
 use crate::format::Mode;
 use std::path::PathBuf;
@@ -46,6 +46,22 @@ impl DeviceSpec {
             path: p.into(),
             create_size: Some(size),
         }
+    }
+
+    /// A device named on a command line: `sim:PROFILE:SIZE[:OPTION...]` builds
+    /// an emulated drive (see [`crate::device::SimConfig::parse`]); anything
+    /// else is a file or block device path, created with `create_size` bytes
+    /// if given and missing.
+    pub fn parse(arg: &str, create_size: Option<u64>) -> Result<DeviceSpec> {
+        if SimConfig::is_sim_path(arg) {
+            let dev = SimDevice::open(arg)
+                .map_err(|e| Error::InvalidConfig(format!("emulated device {arg}: {e}")))?;
+            return Ok(DeviceSpec::Device(Arc::new(dev)));
+        }
+        Ok(DeviceSpec::Path {
+            path: PathBuf::from(arg),
+            create_size,
+        })
     }
 
     pub(crate) fn open(&self, io: &IoChoice) -> Result<Arc<dyn Device>> {

@@ -151,7 +151,7 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
     paths.sort_unstable();
     if paths
         .windows(2)
-        .any(|w| w[0] == w[1] && !w[0].starts_with("mem:"))
+        .any(|w| w[0] == w[1] && !w[0].starts_with("mem:") && !w[0].starts_with("sim:"))
     {
         return Err(Error::InvalidConfig(
             "the same device was given twice".into(),

@@ -130,12 +130,11 @@ fn burst(inner: &Inner, msgs: &mut Vec<WMsg>) -> Result<()> {
             WMsg::BandHeader { band, hdr, free } => {
                 flush_pending(&mut pending)?;
                 let (dev, off) = inner.layout.band_addr(band);
-                crate::pool::write_block(
-                    &inner.pool.caps[dev],
-                    off,
-                    &hdr.encode(),
-                    "writing a band header",
-                )?;
+                // The whole header area (one IU): a 4 KiB write into a larger
+                // IU would cost the drive a read-modify-write.
+                let mut h = hdr.encode();
+                h.resize((inner.layout.geo.band_header_size as usize).max(h.len()), 0);
+                crate::pool::write_block(&inner.pool.caps[dev], off, &h, "writing a band header")?;
                 touched[dev] = true;
                 if let Some(w) = free {
                     frees.push((band, w));

@@ -2,8 +2,10 @@
 //!
 //! A [`Device`] does aligned, direct reads and writes at byte offsets. Three
 //! backends implement it: [`FileDevice`] (regular files and raw block devices,
-//! io_uring + `O_DIRECT`, with a pread/pwrite fallback chosen automatically) and
-//! [`MemDevice`] (RAM, with a simulated power cut for crash tests).
+//! io_uring + `O_DIRECT`, with a pread/pwrite fallback chosen automatically),
+//! [`MemDevice`] (RAM, with a simulated power cut for crash tests) and
+//! [`SimDevice`] (an emulated SCM/TLC/QLC drive with an FTL, a time model and
+//! fault injection; device paths `sim:PROFILE:SIZE[:OPTION...]`).
 //!
 //! Contract for every call on the data path: `offset`, buffer length and buffer
 //! address are multiples of [`IO_ALIGN`] (4 KiB). The engine never relies on a
@@ -13,10 +15,12 @@
 mod aligned;
 mod file;
 mod mem;
+pub mod sim;
 
 pub use aligned::{round_down64, round_up, round_up64, AlignedBuf, IO_ALIGN};
 pub use file::{FileDevice, OpenOptions};
 pub use mem::MemDevice;
+pub use sim::{SimConfig, SimDevice};
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
