@@ -5,6 +5,7 @@ mod cmds;
 mod demo;
 mod error;
 mod machine;
+mod place;
 mod pool;
 
 use clap::{Parser, Subcommand};
