@@ -3,5 +3,7 @@
 //! written by the hidden crash-test child `masse ack-writer`.
 
 pub mod ack;
+pub mod dbbench;
+pub mod qos;
 pub mod rng;
 pub mod units;

@@ -1,6 +1,7 @@
 //! `masse`: the command-line tool of the masse storage engine.
 
 mod ack_writer;
+mod bench;
 mod cmds;
 mod demo;
 mod error;
@@ -87,6 +88,15 @@ enum Cmd {
     /// DRAM per key, pad and device I/O. The temporary files are removed unless --keep.
     Demo(demo::DemoArgs),
 
+    /// Run RocksDB db_bench's workloads on a masse pool, with data-center QoS reports
+    ///
+    /// Accepts db_bench's flags (--benchmarks, --num, --key_size, --value_size, --threads,
+    /// --duration, --reads, --writes, --readwritepercent, --seed, --histogram,
+    /// --use_existing_db, --db) and prints its summary line per benchmark, then latency
+    /// percentiles to p99.999, ACT shares, IOPS consistency, the engine's figures and CPU per
+    /// operation; optionally a JSON report and SVG plots.
+    Bench(Box<bench::BenchArgs>),
+
     /// Crash-test child: write keys ack{i:012} and print "ACK i" after each acknowledged
     /// write ("DEL j" after each acknowledged delete), never closing.
     #[command(hide = true, mut_arg("capacity", |a| a.required(true)))]
@@ -102,6 +112,7 @@ fn run(cli: Cli) -> CliResult<i32> {
         Cmd::Stats(a) => cmds::stats(a),
         Cmd::Check(a) => cmds::check(a),
         Cmd::Demo(a) => demo::run(a),
+        Cmd::Bench(a) => bench::run(a),
         Cmd::AckWriter(a) => ack_writer::run(a),
     }
 }

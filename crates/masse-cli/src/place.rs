@@ -273,6 +273,22 @@ impl Place {
         create_pool(&cfg, &new_files, force, opts)
     }
 
+    /// The same devices and sizes, to format again; owns no temporary files (this one does).
+    pub fn again(&self) -> Place {
+        Place {
+            fast: self.fast.clone(),
+            caps: self.caps.clone(),
+            fast_size: self.fast_size,
+            cap_size: self.cap_size,
+            segment: self.segment,
+            band: self.band,
+            temp_dirs: Vec::new(),
+            dir_files: Vec::new(),
+            explicit: self.explicit,
+            keep: true,
+        }
+    }
+
     /// The pool's devices as `PoolArgs`, to open it again.
     pub fn pool_args(&self, given: &PoolArgs) -> PoolArgs {
         PoolArgs {
