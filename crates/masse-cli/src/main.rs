@@ -97,6 +97,10 @@ enum Cmd {
     /// operation; optionally a JSON report and SVG plots.
     Bench(Box<bench::BenchArgs>),
 
+    /// Side-by-side rows and tables of masse bench and db_bench runs (bench/compare-rocksdb)
+    #[command(hide = true)]
+    BenchCompare(bench::compare::CompareArgs),
+
     /// Crash-test child: write keys ack{i:012} and print "ACK i" after each acknowledged
     /// write ("DEL j" after each acknowledged delete), never closing.
     #[command(hide = true, mut_arg("capacity", |a| a.required(true)))]
@@ -113,6 +117,7 @@ fn run(cli: Cli) -> CliResult<i32> {
         Cmd::Check(a) => cmds::check(a),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::BenchCompare(a) => bench::compare::run(a),
         Cmd::AckWriter(a) => ack_writer::run(a),
     }
 }

@@ -2,6 +2,7 @@
 //! plus the latency QoS a data-center buyer reads (percentiles to p99.999, IOPS
 //! consistency, ACT shares), the engine's own figures, a JSON report and SVG plots.
 
+pub mod compare;
 mod plot;
 mod report;
 mod workload;
