@@ -439,3 +439,52 @@ pub fn run(a: &CompareArgs) -> CliResult<i32> {
     }
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// db_bench 7.8.3's output of a readrandomwriterandom run (recorded by
+    /// bench/compare-rocksdb --quick: 2 threads, 10 s, --histogram --statistics).
+    const RECORDED: &str = include_str!("../../tests/data/db_bench-7.8.3-readrandomwriterandom.out");
+
+    #[test]
+    fn parses_a_recorded_db_bench_run() {
+        let o = parse_output(RECORDED);
+        assert_eq!(o.summaries.len(), 1);
+        let s = &o.summaries[0];
+        assert_eq!(s.name, "readrandomwriterandom");
+        assert_eq!(s.ops_per_sec, 39632);
+        assert_eq!(s.operations, 397998);
+        assert!((s.seconds - 10.042).abs() < 1e-9);
+        assert_eq!(s.found(), Some((80500, 80500)));
+        let r = o.histograms.iter().find(|h| h.op == "read").expect("read histogram");
+        let w = o.histograms.iter().find(|h| h.op == "write").expect("write histogram");
+        assert_eq!(r.count, 199000);
+        assert_eq!(w.count, 198998);
+        // Every bucket line was read: the buckets add up to the count.
+        assert_eq!(r.buckets.iter().map(|b| b.2).sum::<u64>(), r.count);
+        assert_eq!(w.buckets.iter().map(|b| b.2).sum::<u64>(), w.count);
+        assert!((w.p999 - 286.62).abs() < 1e-9 && (w.max - 17822.0).abs() < 1e-9);
+        // Writes over 1 ms: the buckets from (870, 1300] on, the first one in part
+        // (300/430 of its 6 samples) -> (4.19 + 19+15+27+15+5+2+1) / 198998.
+        let over = w.share_over_us(1000.0);
+        let want = 100.0 * (6.0 * 300.0 / 430.0 + 84.0) / 198998.0;
+        assert!((over - want).abs() < 1e-9, "{over} vs {want}");
+        assert_eq!(o.tickers.get("rocksdb.number.keys.written"), Some(&198998));
+        assert_eq!(rocksdb_capacity_bytes(&o), 16402095);
+    }
+
+    #[test]
+    fn parses_gnu_time_and_report_csv() {
+        assert_eq!(
+            parse_time("61.02 50.10 9.90 123456\n"),
+            Some((61.02, 60.0, 123456 * 1024))
+        );
+        assert_eq!(parse_time("Command exited with non-zero status 1\n"), None);
+        assert_eq!(
+            parse_report_csv("secs_elapsed,interval_qps\n1,100\n2,120\n"),
+            vec![100, 120]
+        );
+    }
+}
