@@ -8,12 +8,12 @@ use crate::place::{plan, Place, PlanArgs};
 use crate::pool::{pool_flags, size_arg, GeometryArgs, PoolArgs, PoolLayout};
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use masse::format::{record_len, SUMMARY_ENTRY};
 use masse::{Db, Options, Stats, MAX_KEY_LEN, MAX_VALUE_LEN};
+use masse_cli::qos::Latency as Lat;
 use masse_cli::rng::{mix64, SplitMix64};
 use masse_cli::units::{fmt_bytes, parse_count};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -263,33 +263,6 @@ impl Tally {
         self.rd.add(&o.rd).map_err(e)?;
         self.wr.add(&o.wr).map_err(e)?;
         Ok(())
-    }
-}
-
-/// Latency figures of one phase, in microseconds.
-#[derive(serde::Serialize, Clone, Debug)]
-pub struct Lat {
-    pub count: u64,
-    pub avg: f64,
-    pub p50: f64,
-    pub p99: f64,
-    pub p999: f64,
-    pub p9999: f64,
-    pub max: f64,
-}
-
-impl Lat {
-    fn of(h: &Histogram<u64>) -> Lat {
-        let us = |ns: u64| ns as f64 / 1e3;
-        Lat {
-            count: h.len(),
-            avg: h.mean() / 1e3,
-            p50: us(h.value_at_quantile(0.5)),
-            p99: us(h.value_at_quantile(0.99)),
-            p999: us(h.value_at_quantile(0.999)),
-            p9999: us(h.value_at_quantile(0.9999)),
-            max: us(h.max()),
-        }
     }
 }
 
@@ -587,26 +560,7 @@ impl Ctx<'_> {
                 .count() as u64,
             _ => self.num,
         };
-        let pb = if std::io::stderr().is_terminal() {
-            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10))
-        } else {
-            ProgressBar::hidden()
-        };
-        let style = if timed.is_some() {
-            ProgressStyle::with_template("{prefix:>10} [{elapsed_precise}] [{wide_bar}] {msg}")
-        } else {
-            ProgressStyle::with_template("{prefix:>10} [{elapsed_precise}] [{wide_bar}] {human_pos}/{human_len} {per_sec} eta {eta}")
-        };
-        pb.set_style(
-            style
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        pb.set_prefix(phase.name());
-        pb.set_length(match timed {
-            Some(d) => (d * 1000.0) as u64,
-            None => total,
-        });
+        let pb = crate::progress::bar(phase.name(), timed, total);
         let done = AtomicU64::new(0);
         let start = Instant::now();
         let deadline = timed.map(|d| start + Duration::from_secs_f64(d));

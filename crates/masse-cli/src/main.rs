@@ -8,6 +8,7 @@ mod error;
 mod machine;
 mod place;
 mod pool;
+mod progress;
 
 use clap::{Parser, Subcommand};
 use error::{CliResult, EXIT_ERROR};

@@ -48,7 +48,10 @@ fn every_benchmark_runs_and_reports() {
         .output()
         .expect("run masse bench");
     let out = String::from_utf8_lossy(&o.stdout);
-    eprintln!("stdout:\n{out}\nstderr:\n{}", String::from_utf8_lossy(&o.stderr));
+    eprintln!(
+        "stdout:\n{out}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(o.status.code(), Some(0), "masse bench failed");
 
     // One db_bench summary line per benchmark, in order, each op count as db_bench's.
@@ -102,10 +105,14 @@ fn every_benchmark_runs_and_reports() {
     assert_eq!(rw["reads"], rw["writes"]);
     for kind in ["read", "write"] {
         let l = &rw["latency_us"][kind];
-        for f in ["count", "avg", "p50", "p99", "p999", "p9999", "p99999", "max"] {
+        for f in [
+            "count", "avg", "p50", "p99", "p999", "p9999", "p99999", "max",
+        ] {
             assert!(l[f].is_number(), "latency {kind}.{f}");
         }
-        assert!(l["p50"].as_f64() <= l["p99"].as_f64() && l["p99999"].as_f64() <= l["max"].as_f64());
+        assert!(
+            l["p50"].as_f64() <= l["p99"].as_f64() && l["p99999"].as_f64() <= l["max"].as_f64()
+        );
         let act: Vec<u64> = rw["act_shares"][kind]
             .as_array()
             .expect("ACT shares")
@@ -125,7 +132,9 @@ fn every_benchmark_runs_and_reports() {
     ] {
         assert!(rw["engine"][f].is_u64(), "engine.{f}");
     }
-    assert!(benches[0]["engine"]["capacity_bytes_per_user_byte"].as_f64().is_some_and(|x| x > 0.0));
+    assert!(benches[0]["engine"]["capacity_bytes_per_user_byte"]
+        .as_f64()
+        .is_some_and(|x| x > 0.0));
     assert!(rw["cpu_us_per_op"].as_f64().is_some_and(|x| x > 0.0));
     assert_eq!(benches[5]["deletes"], num * threads as u64);
     assert!(j["machine"]["nproc"].is_u64() && j["command"].is_string());
@@ -166,20 +175,34 @@ fn db_bench_flag_semantics() {
         "--histogram=0",
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(0), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let sums: Vec<Summary> = out.lines().filter_map(Summary::parse).collect();
     assert_eq!(sums[0].operations, 600);
     assert_eq!(sums[1].operations, 400);
     assert!(!out.contains("Microseconds per"));
     // --duration bounds the random benchmarks.
     let t = std::time::Instant::now();
-    let o = run(&["--benchmarks=readrandom", "--num=1000", "--duration=1", "--seed=3"]);
+    let o = run(&[
+        "--benchmarks=readrandom",
+        "--num=1000",
+        "--duration=1",
+        "--seed=3",
+    ]);
     assert_eq!(o.status.code(), Some(0));
     assert!(t.elapsed().as_secs_f64() < 20.0);
     let out = String::from_utf8_lossy(&o.stdout);
     let s = out.lines().find_map(Summary::parse).expect("summary");
     assert!(s.seconds >= 1.0 && s.seconds < 3.0, "{}", s.line());
-    assert_eq!(s.found().map(|f| f.0), Some(0), "an empty pool finds nothing");
+    assert_eq!(
+        s.found().map(|f| f.0),
+        Some(0),
+        "an empty pool finds nothing"
+    );
     // Unknown names and temporary pools with --use_existing_db are refused clearly.
     let o = run(&["--benchmarks=fillrandom,readfoo"]);
     assert_eq!(o.status.code(), Some(2));

@@ -53,6 +53,10 @@ pub struct RowArgs {
     /// Block cache given to RocksDB, bytes.
     #[arg(long)]
     pub cache_size: u64,
+    /// fio's 4 KiB random-read IOPS on the capacity filesystem at a queue depth equal to
+    /// the thread count: the device-bound limit is this ÷ the read fraction.
+    #[arg(long)]
+    pub fio_iops: Option<f64>,
 }
 
 /// One engine's figures in a row.
@@ -60,6 +64,10 @@ pub struct RowArgs {
 pub struct Side {
     pub fill_ops_per_sec: f64,
     pub fill_capacity_bytes_per_user_byte: Option<f64>,
+    #[serde(default)]
+    pub fill_capacity_bytes_written: u64,
+    #[serde(default)]
+    pub fill_user_bytes_written: u64,
     pub ops_per_sec: f64,
     pub ops: u64,
     pub seconds: f64,
@@ -87,6 +95,9 @@ pub struct Row {
     pub key_size: u64,
     pub value_size: u64,
     pub readwritepercent: u64,
+    /// fio's 4 KiB random-read IOPS at QD = threads on the capacity filesystem.
+    #[serde(default)]
+    pub fio_iops: Option<f64>,
     pub masse: Side,
     pub rocksdb: Side,
 }
@@ -178,6 +189,8 @@ pub fn row(a: &RowArgs) -> CliResult<Row> {
     let masse = Side {
         fill_ops_per_sec: fb["ops_per_sec"].as_f64().unwrap_or(0.0),
         fill_capacity_bytes_per_user_byte: fb["engine"]["capacity_bytes_per_user_byte"].as_f64(),
+        fill_capacity_bytes_written: fb["engine"]["capacity_bytes_written"].as_u64().unwrap_or(0),
+        fill_user_bytes_written: fb["engine"]["user_bytes_written"].as_u64().unwrap_or(0),
         ops_per_sec: b["ops_per_sec"].as_f64().unwrap_or(0.0),
         ops: mops,
         seconds: b["seconds"].as_f64().unwrap_or(0.0),
@@ -236,6 +249,8 @@ pub fn row(a: &RowArgs) -> CliResult<Row> {
             .unwrap_or(0.0),
         fill_capacity_bytes_per_user_byte: (fill_keys > 0)
             .then(|| fill_cap as f64 / (fill_keys * (key_size + value_size)) as f64),
+        fill_capacity_bytes_written: fill_cap,
+        fill_user_bytes_written: fill_keys * (key_size + value_size),
         ops_per_sec: s.operations as f64 / s.seconds.max(1e-9),
         ops: s.operations,
         seconds: s.seconds,
@@ -269,6 +284,7 @@ pub fn row(a: &RowArgs) -> CliResult<Row> {
         key_size,
         value_size,
         readwritepercent: cfg["readwritepercent"].as_u64().unwrap_or(0),
+        fio_iops: a.fio_iops,
         masse,
         rocksdb,
     })
@@ -298,6 +314,9 @@ fn mib(b: u64) -> String {
 pub fn table(rows: &[Row]) -> String {
     use std::fmt::Write;
     let mut s = String::new();
+    // Capacity bytes and user bytes since the fill, per table and engine: the runs of one
+    // table follow each other on the same data.
+    let mut cum: std::collections::HashMap<(String, u8), (u64, u64)> = Default::default();
     for r in rows {
         let (m, k) = (&r.masse, &r.rocksdb);
         let _ = writeln!(
@@ -324,6 +343,19 @@ pub fn table(rows: &[Row]) -> String {
             format!("{:.0}", k.ops_per_sec),
             ratio(m.ops_per_sec, k.ops_per_sec),
         );
+        if let Some(fio) = r.fio_iops.filter(|_| r.readwritepercent > 0) {
+            // Each get costs one 4 KiB device read; puts cost none until segments flush.
+            let bound = fio * 100.0 / r.readwritepercent as f64;
+            line(
+                &format!(
+                    "device-bound ops/s (fio 4 KiB randread QD{} = {fio:.0} IOPS ÷ {}% reads); engine ÷ bound",
+                    r.threads, r.readwritepercent
+                ),
+                format!("{:.2}", m.ops_per_sec / bound),
+                format!("{:.2}", k.ops_per_sec / bound),
+                format!("bound {bound:.0}"),
+            );
+        }
         for (name, a, b) in [
             ("read p50", m.read.p50, k.read.p50),
             ("read p99", m.read.p99, k.read.p99),
@@ -371,6 +403,25 @@ pub fn table(rows: &[Row]) -> String {
                 m.capacity_bytes_per_user_byte,
                 k.capacity_bytes_per_user_byte,
             ) {
+                (Some(a), Some(b)) => ratio(a, b),
+                _ => "-".into(),
+            },
+        );
+        let mut since_fill = |side: &Side, e: u8| {
+            let c = cum.entry((r.label.clone(), e)).or_insert((
+                side.fill_capacity_bytes_written,
+                side.fill_user_bytes_written,
+            ));
+            c.0 += side.capacity_bytes_written;
+            c.1 += side.user_bytes_written;
+            (c.1 > 0 && side.fill_user_bytes_written > 0).then(|| c.0 as f64 / c.1 as f64)
+        };
+        let (cm, ck) = (since_fill(m, 0), since_fill(k, 1));
+        line(
+            "capacity-device bytes written per user byte (fill and runs so far)",
+            wa(cm),
+            wa(ck),
+            match (cm, ck) {
                 (Some(a), Some(b)) => ratio(a, b),
                 _ => "-".into(),
             },
@@ -446,7 +497,8 @@ mod tests {
 
     /// db_bench 7.8.3's output of a readrandomwriterandom run (recorded by
     /// bench/compare-rocksdb --quick: 2 threads, 10 s, --histogram --statistics).
-    const RECORDED: &str = include_str!("../../tests/data/db_bench-7.8.3-readrandomwriterandom.out");
+    const RECORDED: &str =
+        include_str!("../../tests/data/db_bench-7.8.3-readrandomwriterandom.out");
 
     #[test]
     fn parses_a_recorded_db_bench_run() {
@@ -458,8 +510,16 @@ mod tests {
         assert_eq!(s.operations, 397998);
         assert!((s.seconds - 10.042).abs() < 1e-9);
         assert_eq!(s.found(), Some((80500, 80500)));
-        let r = o.histograms.iter().find(|h| h.op == "read").expect("read histogram");
-        let w = o.histograms.iter().find(|h| h.op == "write").expect("write histogram");
+        let r = o
+            .histograms
+            .iter()
+            .find(|h| h.op == "read")
+            .expect("read histogram");
+        let w = o
+            .histograms
+            .iter()
+            .find(|h| h.op == "write")
+            .expect("write histogram");
         assert_eq!(r.count, 199000);
         assert_eq!(w.count, 198998);
         // Every bucket line was read: the buckets add up to the count.

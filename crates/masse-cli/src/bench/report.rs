@@ -101,6 +101,7 @@ pub struct BenchReport {
     /// The per-interval rate 99.9 % of whole intervals reach, ops/s, per kind and "all".
     pub iops_p999: BTreeMap<String, f64>,
     pub whole_intervals: usize,
+    /// The whole intervals (all of them when the run was shorter than one).
     pub intervals: Vec<IntervalPoint>,
     pub engine: EngineDelta,
     /// User + system CPU time of the whole process (engine threads included).
@@ -164,7 +165,10 @@ impl BenchReport {
             }
         }
         per.insert("all".to_string(), all.clone());
-        let intervals = (0..len)
+        // A partial last interval is no rate: leave it out of the points (plots), unless
+        // the run was shorter than one interval.
+        let shown = if whole >= 1 { whole.min(len) } else { len };
+        let intervals = (0..shown)
             .map(|i| {
                 let span = if i + 1 > whole {
                     (o.seconds - i as f64 * interval_secs).max(1e-9)

@@ -3,11 +3,9 @@
 
 use crate::error::{CliError, CliResult};
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use masse::Db;
 use masse_cli::dbbench::{fmt_key, Mt64, Summary};
 use masse_cli::rng::SplitMix64;
-use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -361,29 +359,6 @@ impl Ctx<'_> {
     }
 }
 
-fn progress(sp: &Spec) -> ProgressBar {
-    let pb = if std::io::stderr().is_terminal() {
-        ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10))
-    } else {
-        ProgressBar::hidden()
-    };
-    let timed = sp.duration > 0.0 && sp.bench.timed();
-    let style = if timed {
-        ProgressStyle::with_template("{prefix:>12} [{elapsed_precise}] [{wide_bar}] {msg}")
-    } else {
-        ProgressStyle::with_template(
-            "{prefix:>12} [{elapsed_precise}] [{wide_bar}] {human_pos}/{human_len} {per_sec} eta {eta}",
-        )
-    };
-    pb.set_style(
-        style
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    pb.set_prefix(sp.bench.name());
-    pb
-}
-
 /// Run one benchmark on `db` with one generator seed per thread (readwhilewriting: one
 /// more, for its writer, first).
 pub fn run(db: &Db, sp: &Spec, seeds: &[u64], values: &[u8]) -> CliResult<Outcome> {
@@ -395,12 +370,11 @@ pub fn run(db: &Db, sp: &Spec, seeds: &[u64], values: &[u8]) -> CliResult<Outcom
         _ => sp.writes,
     };
     let timed = sp.duration > 0.0 && sp.bench.timed();
-    let pb = progress(sp);
-    pb.set_length(if timed {
-        (sp.duration * 1000.0) as u64
-    } else {
-        per_thread * sp.threads as u64
-    });
+    let pb = crate::progress::bar(
+        sp.bench.name(),
+        timed.then_some(sp.duration),
+        per_thread * sp.threads as u64,
+    );
     let start = Instant::now();
     let ctx = Ctx {
         db,
