@@ -57,6 +57,9 @@ pub struct RowArgs {
     /// the thread count: the device-bound limit is this ÷ the read fraction.
     #[arg(long)]
     pub fio_iops: Option<f64>,
+    /// fio's 99.9th-percentile read latency at that queue depth, µs: the device's own tail.
+    #[arg(long)]
+    pub fio_p999_us: Option<f64>,
 }
 
 /// One engine's figures in a row.
@@ -98,6 +101,9 @@ pub struct Row {
     /// fio's 4 KiB random-read IOPS at QD = threads on the capacity filesystem.
     #[serde(default)]
     pub fio_iops: Option<f64>,
+    /// fio's read p99.9 at that queue depth, µs.
+    #[serde(default)]
+    pub fio_p999_us: Option<f64>,
     pub masse: Side,
     pub rocksdb: Side,
 }
@@ -285,6 +291,7 @@ pub fn row(a: &RowArgs) -> CliResult<Row> {
         value_size,
         readwritepercent: cfg["readwritepercent"].as_u64().unwrap_or(0),
         fio_iops: a.fio_iops,
+        fio_p999_us: a.fio_p999_us,
         masse,
         rocksdb,
     })
@@ -386,6 +393,14 @@ pub fn table(rows: &[Row]) -> String {
             ("write p99.99", m.write.p9999, k.write.p9999),
         ] {
             line(name, us(a), us(b), ratio(a, b));
+        }
+        if let Some(d) = r.fio_p999_us {
+            line(
+                &format!("device read p99.9 at QD{} (fio), for reference", r.threads),
+                us(d),
+                us(d),
+                String::new(),
+            );
         }
         let act = |v: &[f64]| {
             v.iter()
@@ -551,6 +566,47 @@ mod tests {
         assert!((over - want).abs() < 1e-9, "{over} vs {want}");
         assert_eq!(o.tickers.get("rocksdb.number.keys.written"), Some(&198998));
         assert_eq!(rocksdb_capacity_bytes(&o), 16402095);
+    }
+
+    #[test]
+    fn table_shows_ratios_and_write_amplification_since_the_fill() {
+        let side = |ops: f64, cap: u64, fill_cap: u64| Side {
+            ops_per_sec: ops,
+            capacity_bytes_written: cap,
+            user_bytes_written: 100,
+            capacity_bytes_per_user_byte: Some(cap as f64 / 100.0),
+            fill_capacity_bytes_written: fill_cap,
+            fill_user_bytes_written: 100,
+            found: Some((50, 100)),
+            ..Side::default()
+        };
+        let row = |threads| Row {
+            label: "Table 4".into(),
+            threads,
+            num: 1000,
+            key_size: 23,
+            value_size: 100,
+            readwritepercent: 50,
+            fio_iops: Some(1000.0),
+            fio_p999_us: Some(2500.0),
+            masse: side(3000.0, 150, 150),
+            rocksdb: side(1000.0, 700, 300),
+        };
+        let t = table(&[row(2), row(16)]);
+        assert!(t.contains("| ops/s | 3000 | 1000 | 3.00× |"), "{t}");
+        // Bound 1000 / 50 % = 2000 ops/s; with half the gets finding their key, 4000.
+        assert!(t.contains("= 2000) | 1.50 | 0.50 |"), "{t}");
+        assert!(t.contains("found: 4000) | 0.75 | 0.25 |"), "{t}");
+        assert!(t.contains("| 2.50 ms | 2.50 ms |"), "{t}");
+        // Since the fill: masse (150 + 150) / 200, RocksDB (300 + 700) / 200; then one more run.
+        assert!(
+            t.contains("(fill and runs so far) | 1.50 | 5.00 | 0.30× |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("(fill and runs so far) | 1.50 | 5.67 | 0.26× |"),
+            "{t}"
+        );
     }
 
     #[test]
