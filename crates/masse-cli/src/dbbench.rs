@@ -186,20 +186,9 @@ impl Summary {
 pub struct Histo {
     /// "read", "write", "delete", ...
     pub op: String,
-    /// Samples.
-    pub count: u64,
-    /// Mean, µs.
-    pub avg: f64,
-    /// Median, µs.
-    pub p50: f64,
-    /// 99th percentile, µs.
-    pub p99: f64,
-    /// 99.9th percentile, µs.
-    pub p999: f64,
-    /// 99.99th percentile, µs.
-    pub p9999: f64,
-    /// Maximum, µs.
-    pub max: f64,
+    /// Count, mean, percentiles and max as db_bench prints them, µs (it prints no
+    /// p99.999: `lat.p99999` is filled from the buckets by `quantile`).
+    pub lat: crate::qos::Latency,
     /// Buckets `(low, high] -> count`, µs.
     pub buckets: Vec<(f64, f64, u64)>,
 }
@@ -233,11 +222,11 @@ impl Histo {
         for &(lo, hi, n) in &self.buckets {
             if seen + n as f64 >= target && n > 0 {
                 let frac = (target - seen) / n as f64;
-                return (lo + frac * (hi - lo)).min(self.max.max(lo));
+                return (lo + frac * (hi - lo)).min(self.lat.max.max(lo));
             }
             seen += n as f64;
         }
-        self.max
+        self.lat.max
     }
 }
 
@@ -289,15 +278,15 @@ pub fn parse_output(text: &str) -> Output {
         }
         if let Some(h) = cur.as_mut() {
             if line.starts_with("Count:") {
-                h.count = num_after(line, "Count:").unwrap_or(0.0) as u64;
-                h.avg = num_after(line, "Average:").unwrap_or(0.0);
+                h.lat.count = num_after(line, "Count:").unwrap_or(0.0) as u64;
+                h.lat.avg = num_after(line, "Average:").unwrap_or(0.0);
             } else if line.starts_with("Min:") {
-                h.max = num_after(line, "Max:").unwrap_or(0.0);
+                h.lat.max = num_after(line, "Max:").unwrap_or(0.0);
             } else if line.starts_with("Percentiles:") {
-                h.p50 = num_after(line, "P50:").unwrap_or(0.0);
-                h.p99 = num_after(line, "P99:").unwrap_or(0.0);
-                h.p999 = num_after(line, "P99.9:").unwrap_or(0.0);
-                h.p9999 = num_after(line, "P99.99:").unwrap_or(0.0);
+                h.lat.p50 = num_after(line, "P50:").unwrap_or(0.0);
+                h.lat.p99 = num_after(line, "P99:").unwrap_or(0.0);
+                h.lat.p999 = num_after(line, "P99.9:").unwrap_or(0.0);
+                h.lat.p9999 = num_after(line, "P99.99:").unwrap_or(0.0);
             } else if line.starts_with('[') || line.starts_with('(') {
                 let inner = line[1..].split(']').next().unwrap_or("");
                 let mut p = inner.split(',');
@@ -325,6 +314,9 @@ pub fn parse_output(text: &str) -> Output {
     }
     if let Some(h) = cur.take() {
         out.histograms.push(h);
+    }
+    for h in &mut out.histograms {
+        h.lat.p99999 = h.quantile(0.99999);
     }
     out
 }
@@ -379,15 +371,15 @@ mod tests {
 
     #[test]
     fn histogram_shares_interpolate_inside_buckets() {
-        let h = Histo {
+        let mut h = Histo {
             buckets: vec![
                 (0.0, 1000.0, 50),
                 (1000.0, 3000.0, 40),
                 (3000.0, 9000.0, 10),
             ],
-            max: 9000.0,
             ..Histo::default()
         };
+        h.lat.max = 9000.0;
         assert!((h.share_over_us(1000.0) - 50.0).abs() < 1e-9);
         assert!((h.share_over_us(2000.0) - 30.0).abs() < 1e-9);
         assert!((h.share_over_us(6000.0) - 5.0).abs() < 1e-9);
