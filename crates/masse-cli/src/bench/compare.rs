@@ -17,7 +17,7 @@ pub struct CompareArgs {
 #[derive(Subcommand, Debug)]
 pub enum What {
     /// Print one comparison row as a JSON line.
-    Row(RowArgs),
+    Row(Box<RowArgs>),
     /// Print the Markdown table of a file of rows.
     Table {
         /// File of JSON rows (one per line).
