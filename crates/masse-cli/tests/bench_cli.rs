@@ -122,7 +122,15 @@ fn every_benchmark_runs_and_reports() {
         assert_eq!(act, vec![1, 2, 4, 8, 64]);
         assert!(rw["ops_per_interval"][kind].is_array());
     }
-    assert!(rw["intervals"].as_array().is_some_and(|v| !v.is_empty()));
+    let iv = rw["intervals"].as_array().expect("intervals");
+    assert!(!iv.is_empty());
+    assert!(iv[0]["ops_per_sec"]["all"]
+        .as_f64()
+        .is_some_and(|x| x > 0.0));
+    assert_eq!(
+        iv[0]["act_percent"]["read"].as_array().map(|v| v.len()),
+        Some(5)
+    );
     for f in [
         "capacity_bytes_written",
         "user_bytes_written",

@@ -73,6 +73,9 @@ pub struct IntervalPoint {
     /// p50 and p99 latency in the interval, µs, per kind (2 significant digits).
     pub p50_us: BTreeMap<String, f64>,
     pub p99_us: BTreeMap<String, f64>,
+    /// ACT shares of the interval per kind: percent over 1, 2, 4, 8, 64 ms (the ACT tool
+    /// reports them per time slice).
+    pub act_percent: BTreeMap<String, Vec<f64>>,
 }
 
 /// Everything measured in one benchmark.
@@ -178,6 +181,7 @@ impl BenchReport {
                 let mut ops = BTreeMap::new();
                 let mut p50 = BTreeMap::new();
                 let mut p99 = BTreeMap::new();
+                let mut actp = BTreeMap::new();
                 for (k, name) in KINDS.iter().enumerate() {
                     if let Some(s) = per.get(*name) {
                         ops.insert(name.to_string(), s[i] as f64 / span);
@@ -187,6 +191,10 @@ impl BenchReport {
                                 p99.insert(
                                     name.to_string(),
                                     h.value_at_quantile(0.99) as f64 / 1e3,
+                                );
+                                actp.insert(
+                                    name.to_string(),
+                                    act_shares(h).iter().map(|a| a.percent).collect(),
                                 );
                             }
                         }
@@ -198,6 +206,7 @@ impl BenchReport {
                     ops_per_sec: ops,
                     p50_us: p50,
                     p99_us: p99,
+                    act_percent: actp,
                 }
             })
             .collect();
