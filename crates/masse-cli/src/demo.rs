@@ -4,15 +4,16 @@
 
 use crate::error::{io_err, CliError, CliResult, EXIT_VERIFY_FAILED};
 use crate::machine::{command_line, Machine};
-use crate::pool::{create_pool, pool_flags, size_arg, GeometryArgs, ModeArg, PoolArgs, PoolLayout};
+use crate::place::{plan, Place, PlanArgs};
+use crate::pool::{pool_flags, size_arg, GeometryArgs, PoolArgs, PoolLayout};
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use masse::format::{record_len, SUMMARY_ENTRY};
 use masse::{Db, Options, Stats, MAX_KEY_LEN, MAX_VALUE_LEN};
+use masse_cli::qos::Latency as Lat;
 use masse_cli::rng::{mix64, SplitMix64};
 use masse_cli::units::{fmt_bytes, parse_count};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -145,219 +146,6 @@ pub struct DemoArgs {
 }
 
 // ---------------------------------------------------------------------------
-// Where the pool lives
-
-/// Files of the demo pool and what to remove at the end.
-struct Place {
-    fast: Option<PathBuf>,
-    caps: Vec<PathBuf>,
-    fast_size: Option<u64>,
-    cap_size: u64,
-    /// Segment and band sizes chosen by --utilization.
-    segment: Option<u64>,
-    band: Option<u64>,
-    /// Temporary directories made for the demo (removed on drop unless kept).
-    temp_dirs: Vec<tempfile::TempDir>,
-    /// Files made in a user-given --dir (removed at the end unless kept).
-    dir_files: Vec<PathBuf>,
-    /// Whether the devices were given explicitly (then nothing is removed).
-    explicit: bool,
-    keep: bool,
-}
-
-impl Place {
-    /// Keep everything on disk and return the paths to print.
-    fn keep(&mut self) {
-        self.keep = true;
-        for d in &mut self.temp_dirs {
-            d.disable_cleanup(true);
-        }
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        if !self.keep {
-            for f in &self.dir_files {
-                let _ = std::fs::remove_file(f);
-            }
-        }
-    }
-}
-
-fn shm_free() -> Option<u64> {
-    let p = std::ffi::CString::new("/dev/shm").ok()?;
-    // SAFETY: statvfs writes into the zeroed struct we pass; the path is NUL-terminated.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::statvfs(p.as_ptr(), &mut st) };
-    (r == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
-}
-
-fn default_base_dir() -> PathBuf {
-    match std::env::var_os("TMPDIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => PathBuf::from("/var/tmp"),
-    }
-}
-
-fn temp_dir_in(base: &Path) -> CliResult<tempfile::TempDir> {
-    tempfile::Builder::new()
-        .prefix("masse-demo-")
-        .tempdir_in(base)
-        .map_err(|e| io_err("cannot create a temporary directory in", base, e))
-}
-
-const MIB: u64 = 1 << 20;
-
-fn round_up(x: u64, a: u64) -> u64 {
-    x.div_ceil(a) * a
-}
-
-/// Sizes that make `data` bytes about `util` of the capacity tier.
-struct Sizing {
-    cap: u64,
-    /// Segment and band sizes chosen for the demo (when not given on the command line).
-    segment: Option<u64>,
-    band: Option<u64>,
-}
-
-/// Size the capacity file (and, unless given, segments and bands) so that `data` bytes
-/// are about `util` of the capacity tier, with enough bands (about 128) that GC's free-band
-/// reserve (max(4, bands/16)) stays a small share of it.
-fn size_for_utilization(data: u64, util: f64, a: &DemoArgs, has_fast: bool) -> Sizing {
-    let target = (data as f64 / util).ceil() as u64;
-    let iu = a.geo.iu.unwrap_or(4096).max(4096);
-    let seg = match a.geo.segment_size {
-        Some(s) => s,
-        None => {
-            // Smaller segments for small data sets, so there can be 64+ bands of 4+ segments.
-            let mut s: u64 = 256 << 10;
-            while s > (8 << 10).max(iu) && target / (4 * s) < 64 {
-                s /= 2;
-            }
-            s
-        }
-    };
-    let band = a.geo.band_size.unwrap_or_else(|| {
-        let k = (target / 128 / seg).clamp(4, (64 * MIB / seg).max(4));
-        k * seg + iu
-    });
-    let payload = ((band.saturating_sub(iu)) / seg).max(1) * seg;
-    let nbands = target.div_ceil(payload).max(4);
-    let usable = nbands * band;
-    // Space before band 0: 1 MiB with a fast tier, else two checkpoint slots too.
-    let meta = |cap: u64| -> u64 {
-        if has_fast {
-            round_up(16384, MIB.max(iu))
-        } else {
-            let slot = a.geo.checkpoint_size.unwrap_or(cap / 32) / 4096 * 4096;
-            round_up(16384 + 2 * slot, MIB.max(iu))
-        }
-    };
-    let mut cap = usable + meta(usable);
-    for _ in 0..8 {
-        cap = usable + meta(cap);
-    }
-    Sizing {
-        cap: round_up(cap, 4096),
-        segment: a.geo.segment_size.is_none().then_some(seg),
-        band: a.geo.band_size.is_none().then_some(band),
-    }
-}
-
-fn plan(a: &DemoArgs, data: u64) -> CliResult<Place> {
-    let fast_default = 1u64 << 30;
-    let want_fast = match a.geo.mode {
-        Some(ModeArg::CapacityOnly) | Some(ModeArg::ScmOnly) => false,
-        Some(ModeArg::Tiered) | None => true,
-    };
-    let has_fast = if a.pool.capacity.is_empty() {
-        want_fast
-    } else {
-        a.pool.fast.is_some()
-    };
-    let (cap_size, segment, band) = match (a.pool.capacity_size, a.utilization) {
-        (Some(s), _) => (s, None, None),
-        (None, Some(u)) => {
-            let z = size_for_utilization(data, u, a, has_fast);
-            (z.cap, z.segment, z.band)
-        }
-        (None, None) => (round_up((4 * data).max(256 * MIB), MIB), None, None),
-    };
-    if !a.pool.capacity.is_empty() {
-        // Existing devices keep their geometry defaults: nothing was sized for them.
-        let sized = a.pool.capacity.iter().all(|c| !c.exists());
-        let (segment, band) = if sized { (segment, band) } else { (None, None) };
-        return Ok(Place {
-            fast: a.pool.fast.clone(),
-            caps: a.pool.capacity.clone(),
-            fast_size: Some(a.pool.fast_size.unwrap_or(fast_default)),
-            cap_size,
-            segment,
-            band,
-            temp_dirs: Vec::new(),
-            dir_files: Vec::new(),
-            explicit: true,
-            keep: true,
-        });
-    }
-    if a.pool.fast.is_some() {
-        return Err(CliError::new(
-            "--fast needs --capacity too (or give neither and the demo makes temporary files)",
-        ));
-    }
-    let mut temp_dirs = Vec::new();
-    let mut dir_files = Vec::new();
-    let dir = match &a.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d).map_err(|e| io_err("cannot create directory", d, e))?;
-            d.clone()
-        }
-        None => {
-            let t = temp_dir_in(&default_base_dir())?;
-            let p = t.path().to_path_buf();
-            temp_dirs.push(t);
-            p
-        }
-    };
-    let cap = dir.join("capacity.masse");
-    if a.dir.is_some() && !cap.exists() {
-        dir_files.push(cap.clone());
-    }
-    let fast_size = a.pool.fast_size.unwrap_or(fast_default);
-    let fast = if want_fast {
-        let shm = Path::new("/dev/shm");
-        let f = if shm.is_dir() && shm_free().is_some_and(|free| free >= fast_size + 64 * MIB) {
-            let t = temp_dir_in(shm)?;
-            let f = t.path().join("fast.masse");
-            temp_dirs.push(t);
-            f
-        } else {
-            let f = dir.join("fast.masse");
-            if a.dir.is_some() && !f.exists() {
-                dir_files.push(f.clone());
-            }
-            f
-        };
-        Some(f)
-    } else {
-        None
-    };
-    Ok(Place {
-        fast,
-        caps: vec![cap],
-        fast_size: Some(fast_size),
-        cap_size,
-        segment,
-        band,
-        temp_dirs,
-        dir_files,
-        explicit: false,
-        keep: false,
-    })
-}
-
-// ---------------------------------------------------------------------------
 // Keys, values, versions
 
 /// Low bits: version of the last value written (0 = never written); top bit: deleted.
@@ -475,33 +263,6 @@ impl Tally {
         self.rd.add(&o.rd).map_err(e)?;
         self.wr.add(&o.wr).map_err(e)?;
         Ok(())
-    }
-}
-
-/// Latency figures of one phase, in microseconds.
-#[derive(serde::Serialize, Clone, Debug)]
-pub struct Lat {
-    pub count: u64,
-    pub avg: f64,
-    pub p50: f64,
-    pub p99: f64,
-    pub p999: f64,
-    pub p9999: f64,
-    pub max: f64,
-}
-
-impl Lat {
-    fn of(h: &Histogram<u64>) -> Lat {
-        let us = |ns: u64| ns as f64 / 1e3;
-        Lat {
-            count: h.len(),
-            avg: h.mean() / 1e3,
-            p50: us(h.value_at_quantile(0.5)),
-            p99: us(h.value_at_quantile(0.99)),
-            p999: us(h.value_at_quantile(0.999)),
-            p9999: us(h.value_at_quantile(0.9999)),
-            max: us(h.max()),
-        }
     }
 }
 
@@ -799,26 +560,7 @@ impl Ctx<'_> {
                 .count() as u64,
             _ => self.num,
         };
-        let pb = if std::io::stderr().is_terminal() {
-            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(10))
-        } else {
-            ProgressBar::hidden()
-        };
-        let style = if timed.is_some() {
-            ProgressStyle::with_template("{prefix:>10} [{elapsed_precise}] [{wide_bar}] {msg}")
-        } else {
-            ProgressStyle::with_template("{prefix:>10} [{elapsed_precise}] [{wide_bar}] {human_pos}/{human_len} {per_sec} eta {eta}")
-        };
-        pb.set_style(
-            style
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        pb.set_prefix(phase.name());
-        pb.set_length(match timed {
-            Some(d) => (d * 1000.0) as u64,
-            None => total,
-        });
+        let pb = crate::progress::bar(phase.name(), timed, total);
         let done = AtomicU64::new(0);
         let start = Instant::now();
         let deadline = timed.map(|d| start + Duration::from_secs_f64(d));
@@ -984,7 +726,16 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
     }
     let rec = (record_len(key_size, value_size) as u64).div_ceil(8) * 8 + SUMMARY_ENTRY as u64;
     let data = a.num * rec;
-    let mut place = plan(a, data)?;
+    let mut place = plan(
+        &PlanArgs {
+            pool: &a.pool,
+            geo: &a.geo,
+            dir: a.dir.as_deref(),
+            utilization: a.utilization,
+            prefix: "masse-demo-",
+        },
+        data,
+    )?;
     if a.keep || a.hang_at_end || a.no_close {
         place.keep();
     }
@@ -1019,42 +770,12 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
         a.duration.map(|d| format!("; overwrite/readwrite for {d} s")).unwrap_or_default()
     ));
 
-    // Make the pool. Existing devices given explicitly keep their size unless
-    // --fast-size/--capacity-size say otherwise; new files get the planned sizes.
-    let (fast_size, cap_size) = if place.explicit {
-        let missing_fast = place.fast.as_ref().is_some_and(|f| !f.exists());
-        let missing_cap = place.caps.iter().any(|c| !c.exists());
-        (
-            a.pool
-                .fast_size
-                .or(if missing_fast { place.fast_size } else { None }),
-            a.pool.capacity_size.or(if missing_cap {
-                Some(place.cap_size)
-            } else {
-                None
-            }),
-        )
-    } else {
-        (place.fast_size, Some(place.cap_size))
-    };
-    let pool = PoolArgs {
-        fast: place.fast.clone(),
-        capacity: place.caps.clone(),
-        fast_size,
-        capacity_size: cap_size,
-        pread: a.pool.pread,
-        buffered: a.pool.buffered,
-    };
-    let mut geo = a.geo.clone();
-    geo.segment_size = geo.segment_size.or(place.segment);
-    geo.band_size = geo.band_size.or(place.band);
-    let (cfg, new_files) = pool.create_config(&geo, None, None)?;
     let opts = Options {
         expected_keys: num,
         ..Options::default()
     };
     let t0 = Instant::now();
-    let db = create_pool(&cfg, &new_files, a.force, opts)?;
+    let db = place.create(&a.pool, &a.geo, a.force, opts)?;
     let layout = PoolLayout::of(&db);
     out(format!(
         "pool      created in {:.1} ms",

@@ -3,6 +3,8 @@
 //! written by the hidden crash-test child `masse ack-writer`.
 
 pub mod ack;
+pub mod dbbench;
 pub mod media;
+pub mod qos;
 pub mod rng;
 pub mod units;

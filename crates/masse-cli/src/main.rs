@@ -1,14 +1,17 @@
 //! `masse`: the command-line tool of the masse storage engine.
 
 mod ack_writer;
+mod bench;
 mod cmds;
 mod demo;
 mod error;
 mod machine;
 mod media_bench;
+mod place;
 mod pool;
 mod probe;
 mod probe_create;
+mod progress;
 mod serve_nbd;
 mod stress;
 
@@ -123,6 +126,18 @@ enum Cmd {
 
     /// Serve the pool's volumes over a network protocol (nbd)
     Serve(serve_nbd::ServeArgs),
+    /// Run RocksDB db_bench's workloads on a masse pool, with data-center QoS reports
+    ///
+    /// Accepts db_bench's flags (--benchmarks, --num, --key_size, --value_size, --threads,
+    /// --duration, --reads, --writes, --readwritepercent, --seed, --histogram,
+    /// --use_existing_db, --db) and prints its summary line per benchmark, then latency
+    /// percentiles to p99.999, ACT shares, IOPS consistency, the engine's figures and CPU per
+    /// operation; optionally a JSON report and SVG plots.
+    Bench(Box<bench::BenchArgs>),
+
+    /// Side-by-side rows and tables of masse bench and db_bench runs (bench/compare-rocksdb)
+    #[command(hide = true)]
+    BenchCompare(bench::compare::CompareArgs),
 
     /// Crash-test child: write keys ack{i:012} and print "ACK i" after each acknowledged
     /// write ("DEL j" after each acknowledged delete), never closing.
@@ -143,6 +158,8 @@ fn run(cli: Cli) -> CliResult<i32> {
         Cmd::MediaBench(a) => media_bench::run(a),
         Cmd::Stress(a) => stress::run(a),
         Cmd::Serve(a) => serve_nbd::run(a),
+        Cmd::Bench(a) => bench::run(a),
+        Cmd::BenchCompare(a) => bench::compare::run(a),
         Cmd::AckWriter(a) => ack_writer::run(a),
     }
 }
