@@ -599,6 +599,13 @@ impl Db {
         Ok(())
     }
 
+    /// The largest write batch, in encoded bytes, that [`Db::write`] accepts as one
+    /// atomic group (records cost their key + value + a 24-byte header, rounded up
+    /// to 8 bytes). Layers that batch many records use it to split their work.
+    pub fn max_batch_bytes(&self) -> usize {
+        self.inner.max_group_bytes()
+    }
+
     /// The value stored under `key`, if any. An empty value is a value.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let t = Instant::now();
@@ -616,6 +623,14 @@ impl Db {
     /// True if `key` holds a value. Costs one device read to verify the key.
     pub fn contains(&self, key: &[u8]) -> Result<bool> {
         Ok(self.get(key)?.is_some())
+    }
+
+    /// True if the DRAM index may hold a live value for `key`: a probe of the index
+    /// alone, with no device read. False means absent for certain; true is wrong only
+    /// when another key shares the digest fingerprint (see docs/design.md). Layers
+    /// that delete ranges of keys use it to skip keys that were never written.
+    pub fn may_contain(&self, key: &[u8]) -> bool {
+        matches!(self.inner.index.get(digest(key)), Some(l) if !Loc(l).is_tombstone())
     }
 
     /// Unordered iteration over live keys and values. Holds off GC while it lives,

@@ -38,6 +38,7 @@ mod layout;
 mod pool;
 mod recovery;
 pub mod stats;
+pub mod vfile;
 mod writer;
 
 pub use check::CheckReport;
