@@ -1521,7 +1521,8 @@ impl Shared {
             || a.atime.is_some()
             || a.mtime.is_some();
         if meta {
-            for i in [&mut st.inode] {
+            {
+                let i = &mut st.inode;
                 if let Some(p) = a.perm {
                     i.perm = p & 0o7777;
                 }
