@@ -5,6 +5,7 @@ mod cmds;
 mod demo;
 mod error;
 mod machine;
+mod mount;
 mod pool;
 
 use clap::{Parser, Subcommand};
@@ -86,6 +87,20 @@ enum Cmd {
     /// DRAM per key, pad and device I/O. The temporary files are removed unless --keep.
     Demo(demo::DemoArgs),
 
+    /// Mount the pool as a file system (FUSE) on DIR until unmounted
+    ///
+    /// Serves the pool's file layer (vFile: files and directories stored as records:
+    /// inodes, hashed directory pages, data in chunks) so unmodified programs use the
+    /// engine. The first mount of a pool creates the file layer. Runs in the foreground;
+    /// unmount with `fusermount3 -u DIR` (or `umount DIR` as root), Ctrl-C, SIGTERM or
+    /// SIGHUP: buffered data is written out and the pool closed cleanly. Data is durable
+    /// at fsync, at the last close of a file, and within --writeback-secs otherwise;
+    /// namespace changes (create, rename, unlink, mkdir) are durable when they return,
+    /// and a rename is atomic across a crash. Errors map to errno: ENOENT, EEXIST,
+    /// ENOTEMPTY, ENOSPC (pool full), EIO (checksum failure).
+    #[command(mut_arg("capacity", |a| a.required(true)))]
+    Mount(mount::MountArgs),
+
     /// Crash-test child: write keys ack{i:012} and print "ACK i" after each acknowledged
     /// write ("DEL j" after each acknowledged delete), never closing.
     #[command(hide = true, mut_arg("capacity", |a| a.required(true)))]
@@ -101,6 +116,7 @@ fn run(cli: Cli) -> CliResult<i32> {
         Cmd::Stats(a) => cmds::stats(a),
         Cmd::Check(a) => cmds::check(a),
         Cmd::Demo(a) => demo::run(a),
+        Cmd::Mount(a) => mount::run(a),
         Cmd::AckWriter(a) => ack_writer::run(a),
     }
 }
