@@ -135,7 +135,7 @@ impl Profile {
                 }
             })
             .collect();
-        v.sort_by(|a, b| b.total_us.cmp(&a.total_us));
+        v.sort_by_key(|p| std::cmp::Reverse(p.total_us));
         v
     }
 
