@@ -75,16 +75,20 @@ pub(crate) fn run(inner: Arc<Inner>, rx: Receiver<WMsg>) {
                 Err(_) => break,
             }
         }
+        // Taken before the burst: `burst` drains `msgs`, and an error part-way
+        // drops the rest, so their waiters must be reached from here.
+        let waiters: Vec<Arc<Waiter>> = msgs
+            .iter()
+            .filter_map(|m| match m {
+                WMsg::Barrier(w) | WMsg::BandHeader { free: Some(w), .. } => Some(w.clone()),
+                _ => None,
+            })
+            .collect();
         if let Err(e) = burst(&inner, &mut msgs) {
             let m = e.to_string();
             inner.fail(format!("capacity-tier writer failed: {m}"));
-            for msg in msgs {
-                match msg {
-                    WMsg::Barrier(w) | WMsg::BandHeader { free: Some(w), .. } => {
-                        w.complete(Err(m.clone()))
-                    }
-                    _ => {}
-                }
+            for w in waiters {
+                w.complete(Err(m.clone()));
             }
         }
     }

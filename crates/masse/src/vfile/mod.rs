@@ -1452,7 +1452,7 @@ impl Shared {
         if st.gone || (st.dirty.is_empty() && !st.attr_dirty) {
             return Ok(());
         }
-        let limit = (self.max_batch / 2).max(64 * 1024);
+        let limit = (self.max_batch / 2).clamp(4096, 4 << 20);
         let total: usize = st
             .dirty
             .values()
