@@ -143,9 +143,10 @@ fn m_apply(m: &mut Model, op: &Op) -> Result<(), i32> {
             }
         }
         Op::Rename(a, b) => {
+            // Both parents are walked before the source is looked up (as the kernel does).
             m_parent(m, a)?;
-            let src = m.get(a).cloned().ok_or(libc::ENOENT)?;
             m_parent(m, b)?;
+            let src = m.get(a).cloned().ok_or(libc::ENOENT)?;
             if a == b {
                 return Ok(());
             }
@@ -321,9 +322,11 @@ impl Sys {
             }
             seen += 1;
         }
+        // Renames can move a directory with entries one level down, so list every
+        // directory of the model.
         let mut listed = self.v().readdir(ROOT_INO).unwrap().len();
         for (p, n) in m {
-            if *n == M::Dir && p.len() == 1 {
+            if *n == M::Dir {
                 listed += self.v().readdir(self.ino(p).unwrap()).unwrap().len();
             }
         }
