@@ -63,7 +63,7 @@ fn crashes_keep_fsynced_data_and_atomic_renames() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut committed: u64 = 0; // version the target holds for sure (0 = no target yet)
     let mut version = 0u64;
-    let (mut synced, mut appended) = (0usize, 0usize);
+    let mut synced = 0usize;
     let mut mid_op_cuts = 0;
     for round in 0..40 {
         let db = Arc::new(Db::open(&pool.config(), opts()).unwrap());
@@ -105,7 +105,7 @@ fn crashes_keep_fsynced_data_and_atomic_renames() {
             got == log_bytes(got.len()),
             "round {round}: log content is not a prefix of what was appended"
         );
-        appended = got.len();
+        let mut appended = got.len();
         for e in v.readdir(ROOT_INO).unwrap() {
             if e.name.starts_with(b"orphan-") {
                 // Only names whose unlink did not return can be left.
