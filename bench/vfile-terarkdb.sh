@@ -8,8 +8,9 @@
 #   NUM=3000000 DURATION=60 THREADS=4 bench/vfile-terarkdb.sh
 #
 # Environment: NUM (keys), DURATION (seconds of the mixed phase), THREADS (db_bench
-# threads, default 4), BENCH_DIR (where the ext4 database and the capacity-tier
-# file go; default /var/tmp), CHUNK (vFile chunk size, default 16K), PERF=0 to skip
+# threads, default 4), MOUNT_THREADS (FUSE threads of the mount, default 4), BENCH_DIR (where the ext4 database and the capacity-tier
+# file go; default /var/tmp), CAP_SIZE (capacity-tier file, default 8G), CHUNK (vFile
+# chunk size, default 16K), PERF=0 to skip
 # the perf profile. Needs db_bench (rocksdb-tools), fusermount3/root, and perf for
 # the profile. Wrapped in flock /tmp/masse-bench.lock so benchmarks do not overlap.
 #
@@ -31,6 +32,8 @@ THREADS=${THREADS:-4}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
 CHUNK=${CHUNK:-16K}
 PERF=${PERF:-1}
+CAP_SIZE=${CAP_SIZE:-8G}
+MOUNT_THREADS=${MOUNT_THREADS:-4}
 
 if [ -z "${MASSE_BENCH_LOCKED:-}" ]; then
     export MASSE_BENCH_LOCKED=1
@@ -69,7 +72,7 @@ mkdir -p "$EXT4" "$MNT"
     echo "disk:        $(df -hT "$BENCH_DIR" | awk 'NR==2 {print $1, $2, $3}') ($BENCH_DIR)"
     echo "db_bench:    $(db_bench --version 2>&1 | head -1)"
     echo "masse:       $(git rev-parse --short HEAD) ($(git status --porcelain | wc -l) uncommitted files)"
-    echo "command:     NUM=$NUM DURATION=$DURATION THREADS=$THREADS CHUNK=$CHUNK bench/vfile-terarkdb.sh"
+    echo "command:     NUM=$NUM DURATION=$DURATION THREADS=$THREADS CHUNK=$CHUNK MOUNT_THREADS=$MOUNT_THREADS bench/vfile-terarkdb.sh"
 } | tee "$OUT/summary.txt"
 
 COMMON="--num=$NUM --key_size=20 --value_size=100 --compression_type=none --cache_size=0 \
@@ -98,8 +101,8 @@ run_side ext4 "$EXT4"
 rm -rf "$EXT4"
 
 # The masse side: a tiered pool (fast tier in /dev/shm, capacity tier on the same disk).
-"$MASSE" create --fast "$FAST" --fast-size 2G --capacity "$CAP" --capacity-size 24G > "$OUT/masse-create.txt"
-"$MASSE" mount --fast "$FAST" --capacity "$CAP" --chunk-size "$CHUNK" --stats "$MNT" > "$OUT/masse-mount.txt" 2>&1 &
+"$MASSE" create --fast "$FAST" --fast-size 2G --capacity "$CAP" --capacity-size "$CAP_SIZE" > "$OUT/masse-create.txt"
+"$MASSE" mount --fast "$FAST" --capacity "$CAP" --chunk-size "$CHUNK" --threads "$MOUNT_THREADS" --stats "$MNT" > "$OUT/masse-mount.txt" 2>&1 &
 MPID=$!
 for _ in $(seq 100); do mountpoint -q "$MNT" && break; sleep 0.1; done
 mountpoint -q "$MNT" || { cat "$OUT/masse-mount.txt"; exit 1; }
