@@ -20,7 +20,7 @@ pub struct MountArgs {
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
 
-    /// Threads serving kernel requests. Default: 4.
+    /// Threads serving kernel requests (each with its own /dev/fuse descriptor).
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub threads: usize,
 
@@ -43,7 +43,7 @@ pub struct MountArgs {
     pub chunk_size: Option<u64>,
 
     /// Seconds after which written data not yet fsynced is made durable anyway
-    /// (0: only at fsync, last close, the buffer limits and unmount). Default: 5.
+    /// (0: only at fsync, last close, the buffer limits and unmount).
     #[arg(long, default_value_t = 5, value_name = "SECS")]
     pub writeback_secs: u64,
 
