@@ -7,6 +7,7 @@ mod demo;
 mod error;
 mod machine;
 mod media_bench;
+mod mount;
 mod place;
 mod pool;
 mod probe;
@@ -138,6 +139,19 @@ enum Cmd {
     /// Side-by-side rows and tables of masse bench and db_bench runs (bench/compare-rocksdb)
     #[command(hide = true)]
     BenchCompare(bench::compare::CompareArgs),
+    /// Mount the pool as a file system (FUSE) on DIR until unmounted
+    ///
+    /// Serves the pool's file layer (vFile: files and directories stored as records:
+    /// inodes, hashed directory pages, data in chunks) so unmodified programs use the
+    /// engine. The first mount of a pool creates the file layer. Runs in the foreground;
+    /// unmount with `fusermount3 -u DIR` (or `umount DIR` as root), Ctrl-C, SIGTERM or
+    /// SIGHUP: buffered data is written out and the pool closed cleanly. Data is durable
+    /// at fsync, at the last close of a file, and within --writeback-secs otherwise;
+    /// namespace changes (create, rename, unlink, mkdir) are durable when they return,
+    /// and a rename is atomic across a crash. Errors map to errno: ENOENT, EEXIST,
+    /// ENOTEMPTY, ENOSPC (pool full), EIO (checksum failure).
+    #[command(mut_arg("capacity", |a| a.required(true)))]
+    Mount(mount::MountArgs),
 
     /// Crash-test child: write keys ack{i:012} and print "ACK i" after each acknowledged
     /// write ("DEL j" after each acknowledged delete), never closing.
@@ -160,6 +174,7 @@ fn run(cli: Cli) -> CliResult<i32> {
         Cmd::Serve(a) => serve_nbd::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::BenchCompare(a) => bench::compare::run(a),
+        Cmd::Mount(a) => mount::run(a),
         Cmd::AckWriter(a) => ack_writer::run(a),
     }
 }

@@ -635,6 +635,13 @@ impl Db {
         Ok(())
     }
 
+    /// The largest write batch, in encoded bytes, that [`Db::write`] accepts as one
+    /// atomic group (records cost their key + value + a 24-byte header, rounded up
+    /// to 8 bytes). Layers that batch many records use it to split their work.
+    pub fn max_batch_bytes(&self) -> usize {
+        self.inner.max_group_bytes()
+    }
+
     /// The value stored under `key`, if any. An empty value is a value.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let t = Instant::now();

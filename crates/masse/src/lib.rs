@@ -39,6 +39,7 @@ mod pool;
 mod recovery;
 pub mod stats;
 pub mod vblock;
+pub mod vfile;
 mod writer;
 
 pub use check::CheckReport;

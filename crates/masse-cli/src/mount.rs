@@ -1,0 +1,222 @@
+//! `masse mount DIR`: serve the pool's file layer through FUSE until unmounted.
+
+use crate::error::{CliError, CliResult};
+use crate::pool::{open_pool, size_arg, PoolArgs};
+use clap::Args;
+use masse::vfile::{Vfs, VfsOptions};
+use masse::Options;
+use masse_fuse::{MasseFs, MountOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct MountArgs {
+    #[command(flatten)]
+    pub pool: PoolArgs,
+
+    /// Directory to mount the file system on (must exist).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+
+    /// Threads serving kernel requests (each with its own /dev/fuse descriptor).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub threads: usize,
+
+    /// Bypass the kernel page cache (FOPEN_DIRECT_IO on every open): every read and
+    /// write goes to the engine, as in the paper's no-read-cache runs. Shared writable
+    /// mmap is then refused by the kernel. Default: off (the kernel caches reads).
+    #[arg(long)]
+    pub direct_io: bool,
+
+    /// Let users other than the one mounting use the mount (FUSE allow_other; a
+    /// non-root user needs `user_allow_other` in /etc/fuse.conf). Default: off.
+    #[arg(long)]
+    pub allow_other: bool,
+
+    /// Chunk size of file data records, used only when the pool has no file layer
+    /// yet (the first mount creates it): a power of two from 4K to 1M. Smaller
+    /// chunks make small random reads cheaper; larger ones cost fewer records.
+    /// Default: 16K.
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub chunk_size: Option<u64>,
+
+    /// Seconds after which written data not yet fsynced is made durable anyway
+    /// (0: only at fsync, last close, the buffer limits and unmount).
+    #[arg(long, default_value_t = 5, value_name = "SECS")]
+    pub writeback_secs: u64,
+
+    /// At unmount, print the time spent per FUSE operation (count, total, mean, max)
+    /// and the file layer's and engine's counters.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+pub fn run(a: &MountArgs) -> CliResult<i32> {
+    if !a.dir.is_dir() {
+        return Err(CliError::new(format!(
+            "mount point {} is not a directory",
+            a.dir.display()
+        )));
+    }
+    if a.threads == 0 || a.threads > 64 {
+        return Err(CliError::new("--threads must be between 1 and 64"));
+    }
+    let chunk_size = match a.chunk_size {
+        None => VfsOptions::default().chunk_size,
+        Some(c) => u32::try_from(c)
+            .ok()
+            .filter(|c| c.is_power_of_two() && (4096..=1 << 20).contains(c))
+            .ok_or_else(|| {
+                CliError::new(format!(
+                    "--chunk-size {c} must be a power of two from 4K to 1M"
+                ))
+            })?,
+    };
+    let db = Arc::new(open_pool(&a.pool, Options::default())?);
+    let vopts = VfsOptions {
+        chunk_size,
+        writeback_interval: (a.writeback_secs > 0).then(|| Duration::from_secs(a.writeback_secs)),
+        ..Default::default()
+    };
+    let vfs = match Vfs::open(db.clone(), vopts) {
+        Ok(v) => Arc::new(v),
+        Err(e) => {
+            close_db(db);
+            return Err(CliError::new(format!(
+                "cannot open the file layer of the pool: {e}"
+            )));
+        }
+    };
+    let fs = MasseFs::new(
+        vfs.clone(),
+        MountOptions {
+            allow_other: a.allow_other,
+            threads: a.threads,
+            direct_io: a.direct_io,
+            ..Default::default()
+        },
+    );
+    let prof = fs.profile();
+    let mut session = match masse_fuse::mount(fs, &a.dir) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = vfs.close();
+            drop(vfs);
+            close_db(db);
+            return Err(CliError::new(format!(
+                "cannot mount on {}: {e} (FUSE needs /dev/fuse; as a non-root user also \
+                 fusermount3 from the fuse3 package)",
+                a.dir.display()
+            )));
+        }
+    };
+    let unmounter = session.unmount_callable();
+    let stop_signals = watch_signals(unmounter, a.dir.clone())?;
+    println!(
+        "masse: mounted on {} (chunk {} KiB, {} threads{}); unmount with `fusermount3 -u {}` \
+         or Ctrl-C",
+        a.dir.display(),
+        vfs.chunk_size() / 1024,
+        a.threads,
+        if a.direct_io { ", direct I/O" } else { "" },
+        a.dir.display()
+    );
+    let _ = std::io::stdout().flush();
+    let t0 = Instant::now();
+    let served = session.run();
+    stop_signals.close();
+    let up = t0.elapsed();
+    // Unmounted: make everything acknowledged durable and close the pool cleanly.
+    let closed = vfs.close();
+    if a.stats {
+        println!(
+            "masse: FUSE handler time per operation over {:.1} s mounted:",
+            up.as_secs_f64()
+        );
+        print!("{}", prof.to_text());
+        let s = vfs.stats();
+        println!(
+            "  file layer: {} chunk reads, {} chunk writes, {} buffer hits, {} write-outs ({:.1} MiB), {} namespace ops",
+            s.chunk_reads,
+            s.chunk_writes,
+            s.buffer_hits,
+            s.flushes,
+            s.flushed_bytes as f64 / (1 << 20) as f64,
+            s.namespace_ops
+        );
+        let es = db.stats();
+        for l in &es.latency {
+            println!(
+                "  engine {:<6} {:>10} ops  mean {:>8.1} µs  p99 {:>8.1} µs  p99.9 {:>8.1} µs",
+                l.op,
+                l.count,
+                l.mean_ns as f64 / 1000.0,
+                l.p99_ns as f64 / 1000.0,
+                l.p999_ns as f64 / 1000.0
+            );
+        }
+    }
+    drop(vfs);
+    let db_closed = match Arc::try_unwrap(db) {
+        Ok(db) => db.close().map_err(|e| e.to_string()),
+        Err(_) => Err("the pool is still in use".to_string()),
+    };
+    if let Err(e) = served {
+        return Err(CliError::new(format!(
+            "FUSE session ended with an error: {e}"
+        )));
+    }
+    closed.map_err(|e| CliError::new(format!("writing buffered data at unmount: {e}")))?;
+    db_closed.map_err(|e| CliError::new(format!("closing the pool: {e}")))?;
+    println!("masse: unmounted {}; pool closed cleanly", a.dir.display());
+    Ok(0)
+}
+
+fn close_db(db: Arc<masse::Db>) {
+    if let Ok(db) = Arc::try_unwrap(db) {
+        let _ = db.close();
+    }
+}
+
+/// On SIGINT, SIGTERM or SIGHUP, unmount (which ends `Session::run`). A busy mount
+/// is detached lazily: the kernel finishes it when the last file is closed.
+fn watch_signals(
+    mut unmounter: masse_fuse::fuser::SessionUnmounter,
+    dir: PathBuf,
+) -> CliResult<signal_hook::iterator::Handle> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut sigs = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(|e| CliError::new(format!("cannot install signal handlers: {e}")))?;
+    let handle = sigs.handle();
+    std::thread::Builder::new()
+        .name("masse-signals".into())
+        .spawn(move || {
+            if let Some(sig) = sigs.forever().next() {
+                eprintln!("masse: signal {sig}: unmounting {}", dir.display());
+                if let Err(e) = unmounter.unmount() {
+                    eprintln!("masse: unmount failed ({e}); detaching lazily");
+                    lazy_unmount(&dir);
+                }
+            }
+        })
+        .map_err(|e| CliError::new(format!("cannot start the signal thread: {e}")))?;
+    Ok(handle)
+}
+
+fn lazy_unmount(dir: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return;
+    };
+    // SAFETY: a valid NUL-terminated path; umount2 does not keep the pointer.
+    let r = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    if r != 0 {
+        let _ = std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg("-z")
+            .arg(dir)
+            .status();
+    }
+}
