@@ -236,6 +236,8 @@ pub fn crash_loop(
         let started = Instant::now();
         let mut until = if early { Some(started + delay) } else { None };
         let mut exited = None;
+        // Mapped once the child has created it (the first child creates it late).
+        let mut oracle: Option<Oracle> = None;
         loop {
             if let Some(st) = ch.try_wait().map_err(|e| e.to_string())? {
                 exited = Some(st);
@@ -247,8 +249,10 @@ pub fn crash_loop(
                 None => {
                     // Wait for the child to reach its random work (bounded, in case it
                     // never does: then it is killed wherever it is).
-                    let running = Oracle::open(&pool.oracle_path())
-                        .is_ok_and(|o| o.phase() == Phase::Running);
+                    if oracle.is_none() {
+                        oracle = Oracle::open(&pool.oracle_path()).ok();
+                    }
+                    let running = oracle.as_ref().is_some_and(|o| o.phase() == Phase::Running);
                     if running || started.elapsed() > Duration::from_secs(30) {
                         until = Some(Instant::now() + delay);
                     }
@@ -269,9 +273,12 @@ pub fn crash_loop(
             }
             None => {
                 // What the child is doing right now (the oracle is shared memory).
-                let (phase, act) = match Oracle::open(&pool.oracle_path()) {
-                    Ok(o) => (o.phase(), o.activity()),
-                    Err(_) => (Phase::Opening, 0), // still creating the pool
+                if oracle.is_none() {
+                    oracle = Oracle::open(&pool.oracle_path()).ok();
+                }
+                let (phase, act) = match &oracle {
+                    Some(o) => (o.phase(), o.activity()),
+                    None => (Phase::Opening, 0), // still creating the pool
                 };
                 // SAFETY: plain kill(2) on our own child's pid.
                 unsafe {

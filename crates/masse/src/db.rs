@@ -1248,9 +1248,9 @@ impl Inner {
             .any(|r| r.recs.iter().any(|p| p.kind == Kind::Delete));
         let mut put_in_group: HashMap<Digest, bool> = HashMap::new();
         // scm-only: lone puts of an unchanged size overwrite their record in place;
-        // a key this group appends to must not be overwritten in place after that.
+        // a key this group already writes must not be overwritten in place after
+        // that (GC moves need no check: they come from victim bands, never in place).
         let scm = self.pool.geo.mode == Mode::ScmOnly;
-        let mut appended: std::collections::HashSet<Digest> = Default::default();
         let mut user_in_group: std::collections::HashSet<Digest> = Default::default();
         let mut pages: Vec<(usize, u64, AlignedBuf)> = Vec::new();
         let mut in_place: Vec<&Arc<Req>> = Vec::new();
@@ -1259,7 +1259,7 @@ impl Inner {
                 && r.class == Class::User
                 && r.recs.len() == 1
                 && r.recs[0].kind == Kind::Put
-                && !appended.contains(&r.recs[0].digest)
+                && !user_in_group.contains(&r.recs[0].digest)
                 && self.try_in_place(&r.recs[0], &mut pages)?
             {
                 user_in_group.insert(r.recs[0].digest);
@@ -1309,9 +1309,6 @@ impl Inner {
                 if keep {
                     group_bytes += round_up(p.bytes.len(), 8);
                     idx.push(i);
-                    if scm {
-                        appended.insert(p.digest);
-                    }
                 }
             }
             take.push((r, idx));

@@ -5,20 +5,6 @@ use common::*;
 use masse::device::{AlignedBuf, Device, MemDevice};
 use masse::{Db, Error};
 
-fn find(dev: &MemDevice, needle: &[u8]) -> Option<u64> {
-    let cap = dev.info().capacity;
-    let mut buf = AlignedBuf::new(1 << 20);
-    let mut off = 0;
-    while off < cap {
-        dev.read_at(&mut buf, off).expect("read");
-        if let Some(p) = buf.windows(needle.len()).position(|w| w == needle) {
-            return Some(off + p as u64);
-        }
-        off += 1 << 20;
-    }
-    None
-}
-
 fn flip(dev: &MemDevice, at: u64) {
     let base = at & !4095;
     let mut b = AlignedBuf::new(4096);
@@ -38,7 +24,7 @@ fn flipped_byte_in_capacity_tier() {
     db.flush().expect("flush");
     db.close().expect("close");
     let victim = value(77, 0, 300);
-    let at = find(&p.caps[0], &victim[..40]).expect("record on the capacity device");
+    let at = find_bytes(&p.caps[0], &victim[..40]).expect("record on the capacity device");
     flip(&p.caps[0], at + 20);
     let db = Db::open(&p.config(), opts()).expect("open");
     match db.get(&key(77)) {

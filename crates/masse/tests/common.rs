@@ -95,3 +95,19 @@ pub fn value(i: u64, ver: u64, len: usize) -> Vec<u8> {
     v.truncate(len);
     v
 }
+
+/// Device offset of the first occurrence of `needle` (searched 1 MiB at a time).
+pub fn find_bytes(dev: &masse::device::MemDevice, needle: &[u8]) -> Option<u64> {
+    use masse::device::AlignedBuf;
+    let cap = dev.info().capacity;
+    let mut buf = AlignedBuf::new(1 << 20);
+    let mut off = 0;
+    while off < cap {
+        dev.read_at(&mut buf, off).expect("read");
+        if let Some(p) = buf.windows(needle.len()).position(|w| w == needle) {
+            return Some(off + p as u64);
+        }
+        off += 1 << 20;
+    }
+    None
+}

@@ -4,22 +4,8 @@
 //! seed 35: a batch member in flight at one crash came back two crashes later).
 mod common;
 use common::*;
-use masse::device::{AlignedBuf, Device, MemDevice};
+use masse::device::{AlignedBuf, Device};
 use masse::{Db, WriteBatch};
-
-fn find(dev: &MemDevice, needle: &[u8]) -> u64 {
-    let cap = dev.info().capacity;
-    let mut buf = AlignedBuf::new(1 << 20);
-    let mut off = 0;
-    while off < cap {
-        dev.read_at(&mut buf, off).expect("read");
-        if let Some(p) = buf.windows(needle.len()).position(|w| w == needle) {
-            return off + p as u64;
-        }
-        off += 1 << 20;
-    }
-    panic!("needle not found");
-}
 
 #[test]
 fn writes_after_recovery_do_not_complete_a_cut_short_batch() {
@@ -34,10 +20,11 @@ fn writes_after_recovery_do_not_complete_a_cut_short_batch() {
     drop(db); // crash
 
     // As if the crash had come before the batch's last record reached the device.
-    let at = find(&dev, b"batch-member-two") & !4095;
+    let k2 = find_bytes(&dev, b"batch-member-two").expect("K2 on the device");
+    let at = k2 & !4095;
     let mut blk = AlignedBuf::new(4096);
     dev.read_at(&mut blk, at).expect("read");
-    let s = (find(&dev, b"batch-member-two") - at) as usize;
+    let s = (k2 - at) as usize;
     for x in &mut blk[s - 26..s + 16] {
         *x = 0; // K2's record header, key and value
     }

@@ -5,23 +5,9 @@
 //! write was in flight at one crash, absent after it, came back two crashes later).
 mod common;
 use common::*;
-use masse::device::{AlignedBuf, Device, MemDevice};
+use masse::device::{AlignedBuf, Device};
 use masse::format::{encode_record, record_len, seg_tag, SegmentHeader};
 use masse::Db;
-
-fn find(dev: &MemDevice, needle: &[u8]) -> u64 {
-    let cap = dev.info().capacity;
-    let mut buf = AlignedBuf::new(1 << 20);
-    let mut off = 0;
-    while off < cap {
-        dev.read_at(&mut buf, off).expect("read");
-        if let Some(p) = buf.windows(needle.len()).position(|w| w == needle) {
-            return off + p as u64;
-        }
-        off += 1 << 20;
-    }
-    panic!("needle not found");
-}
 
 #[test]
 fn stale_record_past_a_torn_tail_is_not_resurrected() {
@@ -35,7 +21,7 @@ fn stale_record_past_a_torn_tail_is_not_resurrected() {
     // Forge what a crash in the middle of a multi-block tail write leaves: a torn
     // record right after B, and a whole record of the same segment further on
     // (an unacknowledged put of K) at a 4 KiB boundary.
-    let a_at = find(&dev, b"first-record-value");
+    let a_at = find_bytes(&dev, b"first-record-value").expect("needle not found");
     // A is the segment's first record: after the 64-byte segment header, its own
     // 24-byte header and the 1-byte key.
     let seg_start = a_at - 64 - 24 - 1;
@@ -44,7 +30,7 @@ fn stale_record_past_a_torn_tail_is_not_resurrected() {
     dev.read_at(&mut seg, seg_start).expect("read segment");
     let sh = SegmentHeader::decode(&seg).expect("segment header");
     let tag = seg_tag(sh.segment_seq);
-    let b_end = (find(&dev, b"second") - seg_start) as usize + 8;
+    let b_end = (find_bytes(&dev, b"second").expect("needle not found") - seg_start) as usize + 8;
     for x in &mut seg[b_end..b_end + 40] {
         *x = 0xa5; // torn: not a valid record
     }
