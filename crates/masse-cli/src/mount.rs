@@ -78,6 +78,8 @@ pub fn run(a: &MountArgs) -> CliResult<i32> {
     let vopts = VfsOptions {
         chunk_size,
         writeback_interval: (a.writeback_secs > 0).then(|| Duration::from_secs(a.writeback_secs)),
+        // SAFETY: geteuid/getegid have no preconditions and cannot fail.
+        root_owner: unsafe { (libc::geteuid(), libc::getegid()) },
         ..Default::default()
     };
     let vfs = match Vfs::open(db.clone(), vopts) {
@@ -89,6 +91,19 @@ pub fn run(a: &MountArgs) -> CliResult<i32> {
             )));
         }
     };
+    // A user mounting a file layer someone else created (root, typically) can read
+    // it but not create files at the top: say so now rather than leave a bare EACCES.
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if let Ok(root) = vfs.getattr(masse::vfile::ROOT_INO) {
+        if euid != 0 && root.uid != euid && root.perm & 0o002 == 0 {
+            eprintln!(
+                "masse: note: the file system's root directory belongs to uid {} (mode {:o}), so \
+                 uid {euid} cannot create files at its top; its owner can `chown` it on a mount",
+                root.uid, root.perm
+            );
+        }
+    }
     let fs = MasseFs::new(
         vfs.clone(),
         MountOptions {

@@ -63,6 +63,10 @@ pub struct VfsOptions {
     /// Buffered data older than this is written out by a background thread;
     /// `None` keeps it until fsync, last close, a limit, or `sync_all`.
     pub writeback_interval: Option<Duration>,
+    /// Owner (uid, gid) of the root directory when the file layer is first created.
+    /// A user who mounts a new pool expects to own its root, as with a freshly
+    /// made file system they own; an existing file layer keeps its owner.
+    pub root_owner: (u32, u32),
 }
 
 impl Default for VfsOptions {
@@ -72,6 +76,7 @@ impl Default for VfsOptions {
             max_dirty_per_file: 8 << 20,
             max_dirty_total: 256 << 20,
             writeback_interval: Some(Duration::from_secs(5)),
+            root_owner: (0, 0),
         }
     }
 }
@@ -333,7 +338,8 @@ impl Vfs {
                     chunk_size: cs,
                     ino_limit: ROOT_INO + 1,
                 };
-                let root = Inode::new(Kind::Dir, 0o755, 0, 0, ROOT_INO);
+                let (uid, gid) = opts.root_owner;
+                let root = Inode::new(Kind::Dir, 0o755, uid, gid, ROOT_INO);
                 let mut b = Batch::new();
                 b.put(&inode_key(ROOT_INO), &root.encode())?;
                 b.put(&super_key(), &s.encode())?;
