@@ -15,7 +15,7 @@ use crate::device::{round_down64, round_up, AlignedBuf, Device};
 use crate::error::{Error, Result};
 use crate::format::*;
 use crate::index::{digest, Digest, Index};
-use crate::layout::Layout;
+use crate::layout::{Cursor, Layout};
 use crate::pool::{self, Pool};
 use crate::stats::{ld, Counters, DeviceStats, Histos, Op, Stats};
 use crate::writer::{self, WMsg};
@@ -84,12 +84,6 @@ pub(crate) struct OpenSeg {
     pub max_seq: u64,
     /// Bytes from the start already durable on the device (capacity-only partial flushes).
     pub flushed: usize,
-}
-
-impl OpenSeg {
-    fn size(&self) -> usize {
-        self.buf.size
-    }
 }
 
 pub(crate) struct WriteState {
@@ -272,6 +266,10 @@ pub(crate) struct Inner {
     pub band_live: Box<[AtomicU64]>,
     /// Live records per band (their summary entries cost space too).
     pub band_live_n: Box<[AtomicU32]>,
+    /// Band payload the live records of each band would take if rewritten
+    /// (`Layout::room_cost`): bytes undercount records that need a segment, or
+    /// most of one, to themselves.
+    pub band_live_room: Box<[AtomicU64]>,
     /// Padding and records placed in each band since it was opened: its packing efficiency.
     pub band_pad: Box<[AtomicU64]>,
     pub band_nrec: Box<[AtomicU32]>,
@@ -289,6 +287,10 @@ pub(crate) struct Inner {
     pub c: Counters,
     pub h: Histos,
     pub gc_lock: Mutex<()>,
+    /// Band payload used up by placing GC moves (see `place`). Passes are
+    /// serialised, so a pass's own cost is the change over the pass, whatever
+    /// users write meanwhile.
+    pub gc_room_used: AtomicU64,
     /// Open iterators (each holds `gc_lock`).
     pub iterators: AtomicU64,
     pub maint: (Mutex<bool>, Condvar),
@@ -476,6 +478,7 @@ impl Db {
             slot_placed: (0..nslots).map(|_| AtomicU32::new(0)).collect(),
             band_live: (0..nbands).map(|_| AtomicU64::new(0)).collect(),
             band_live_n: (0..nbands).map(|_| AtomicU32::new(0)).collect(),
+            band_live_room: (0..nbands).map(|_| AtomicU64::new(0)).collect(),
             band_pad: (0..nbands).map(|_| AtomicU64::new(0)).collect(),
             band_nrec: (0..nbands).map(|_| AtomicU32::new(0)).collect(),
             band_min_seq: (0..nbands).map(|_| AtomicU64::new(u64::MAX)).collect(),
@@ -512,6 +515,7 @@ impl Db {
             c: Counters::default(),
             h: Histos::new(),
             gc_lock: Mutex::new(()),
+            gc_room_used: AtomicU64::new(0),
             iterators: AtomicU64::new(0),
             maint: (Mutex::new(false), Condvar::new()),
             failed: Mutex::new(None),
@@ -723,7 +727,7 @@ impl Db {
     pub fn gc_once(&self) -> Result<bool> {
         Ok(matches!(
             crate::gc::gc_pass(&self.inner, true)?,
-            crate::gc::GcOutcome::Freed(_)
+            crate::gc::GcOutcome::Freed { .. }
         ))
     }
 
@@ -1060,8 +1064,8 @@ impl Inner {
                 Outcome::Failed(m) => return Err(Error::Closed(m)),
                 Outcome::Stalled => {
                     stalled_since.get_or_insert_with(Instant::now);
-                    let need = req_bytes(&req);
-                    crate::gc::wait_for_space(self, class, need)?;
+                    let lens: Vec<usize> = req.recs.iter().map(|p| p.bytes.len()).collect();
+                    crate::gc::wait_for_space(self, class, &lens)?;
                     // The leader may still hold the request; stalls are rare, so copy.
                     let recs = req.recs.clone();
                     req = Req::new(recs, class);
@@ -1227,38 +1231,46 @@ impl Inner {
         Ok(true)
     }
 
-    /// Bytes of room a record needs at most (padding for the 4 KiB straddle rule included).
-    fn rec_need(len: usize) -> u64 {
-        (round_up(len, 8) + SUMMARY_ENTRY + MAX_STRADDLE_PAD.min(len)) as u64
+    /// Where admission starts a group: the current write position, taken as if
+    /// the open segment were already sealed. Pad reservation may force-seal it
+    /// before the group is placed (§4.8), and placing from a later position never
+    /// ends earlier, so the simulation can only overestimate.
+    pub(crate) fn admission_cursor(&self, ws: &WriteState) -> Cursor {
+        Cursor {
+            open: None,
+            band_left: match ws.cur_band {
+                Some(_) => self.layout.slots_per_band - ws.next_sib,
+                None => 0,
+            },
+            bands_taken: 0,
+        }
     }
 
-    /// Space the open band and the free bands beyond `class`'s reserve offer.
-    pub(crate) fn avail(&self, ws: &WriteState, class: Class) -> u64 {
-        let in_band = match ws.cur_band {
-            Some(_) => (self.layout.slots_per_band - ws.next_sib) * self.layout.seg,
-            None => 0,
-        };
-        let open = ws
-            .open
-            .as_ref()
-            .map(|o| (o.size() - o.used) as u64)
-            .unwrap_or(0);
-        let free = self
-            .bands
-            .lock()
-            .free_count()
-            .saturating_sub(class.reserve_bands()) as u64;
-        in_band + open + free * self.layout.band_payload()
-    }
-
-    pub(crate) fn space_ok(&self, ws: &WriteState, class: Class, need: u64) -> bool {
-        // User writes keep two segments of slack for seal waste; GC may use everything.
-        let slack = if class.reserve_bands() > 0 {
-            2 * self.layout.seg
-        } else {
-            0
-        };
-        self.avail(ws, class) >= need + slack
+    /// Space admission: place records of `lens` after `cur` (the records the
+    /// group already took) as `place` will, and admit them if the free bands that
+    /// takes leave `class`'s reserve untouched; then `cur` moves past them.
+    /// Counting whole segments and bands, not bytes, is what keeps the leader's
+    /// `new_segment` from ever finding the free list empty: a record too big to
+    /// share a segment takes all of its k slots, and a band's last slots go
+    /// unused when they are fewer than k.
+    pub(crate) fn admit(
+        &self,
+        cur: &mut Cursor,
+        class: Class,
+        lens: impl Iterator<Item = usize>,
+    ) -> bool {
+        let mut c = *cur;
+        for len in lens {
+            c.place(&self.layout, len);
+        }
+        if class != Class::Replay {
+            let free = self.bands.lock().free_count();
+            if c.bands_taken > free.saturating_sub(class.reserve_bands()) {
+                return false;
+            }
+        }
+        *cur = c;
+        true
     }
 
     /// One group commit. Holds the write state (leadership) throughout.
@@ -1266,7 +1278,7 @@ impl Inner {
         // Decide what to apply. Deletes of absent keys and stale GC moves are dropped here.
         let mut take: Vec<(&Arc<Req>, Vec<usize>)> = Vec::with_capacity(batch.len());
         let mut group_bytes = 0usize;
-        let mut group_need = 0u64;
+        let mut cursor = self.admission_cursor(ws);
         // Which keys this group already writes; needed only to judge its deletes.
         let has_deletes = batch
             .iter()
@@ -1291,13 +1303,13 @@ impl Inner {
                 in_place.push(r);
                 continue;
             }
-            // Space is checked against everything this group already took.
-            let need: u64 = r.recs.iter().map(|p| Self::rec_need(p.bytes.len())).sum();
-            if r.class != Class::Replay && !self.space_ok(ws, r.class, group_need + need) {
+            // Space is checked after everything this group already took, counting
+            // every record of the request: the ones the filter below drops only make
+            // the real placement end earlier.
+            if !self.admit(&mut cursor, r.class, r.recs.iter().map(|p| p.bytes.len())) {
                 r.complete(Outcome::Stalled);
                 continue;
             }
-            group_need += need;
             let mut idx = Vec::with_capacity(r.recs.len());
             for (i, p) in r.recs.iter().enumerate() {
                 let keep = match p.kind {
@@ -1407,7 +1419,10 @@ impl Inner {
                         s
                     }
                 };
-                let (buf, off) = self.place(ws, bytes.len(), &mut new_segs)?;
+                let (buf, off, used_up) = self.place(ws, bytes.len(), &mut new_segs)?;
+                if matches!(p.kind, Kind::Relocate(_)) {
+                    self.gc_room_used.fetch_add(used_up, Relaxed);
+                }
                 let flags = (h.flags & REC_TOMBSTONE) | if more { REC_MORE } else { 0 };
                 stamp(&mut bytes, seg_tag(buf.seq), seq, flags);
                 let open = ws.open.as_mut().filter(|o| Arc::ptr_eq(&o.buf, &buf));
@@ -1518,6 +1533,7 @@ impl Inner {
         self.slot_live[l.slot() as usize].fetch_add(l.len8(), Relaxed);
         self.band_live[b].fetch_add(l.len8() as u64, Relaxed);
         self.band_live_n[b].fetch_add(1, Relaxed);
+        self.band_live_room[b].fetch_add(self.layout.room_cost(l.len8()), Relaxed);
     }
 
     pub(crate) fn sub_live(&self, l: Loc) {
@@ -1525,11 +1541,13 @@ impl Inner {
         self.slot_live[l.slot() as usize].fetch_sub(l.len8(), Relaxed);
         self.band_live[b].fetch_sub(l.len8() as u64, Relaxed);
         self.band_live_n[b].fetch_sub(1, Relaxed);
+        self.band_live_room[b].fetch_sub(self.layout.room_cost(l.len8()), Relaxed);
     }
 
-    /// Bytes a band's live records would occupy if rewritten: records, their
-    /// summary entries, the padding this band's writes actually needed per record,
-    /// and segment headers/footers.
+    /// Bytes a band's live records would occupy if rewritten: their room cost
+    /// (records, summary entries, segment headers/footers and the segment and
+    /// band ends they leave unusable), plus the padding this band's writes
+    /// actually needed per record.
     pub(crate) fn band_cost(&self, band: usize) -> u64 {
         let live = self.band_live[band].load(Relaxed);
         let n = self.band_live_n[band].load(Relaxed) as u64;
@@ -1543,9 +1561,7 @@ impl Inner {
             // Unknown after a restart: assume half the worst case.
             (live / n).min(MAX_STRADDLE_PAD as u64) / 2
         };
-        let seg_overhead =
-            self.layout.band_payload() * (SEG_HEADER + SEG_FOOTER) as u64 / self.layout.seg;
-        live + n * (SUMMARY_ENTRY as u64 + pad_per_rec) + seg_overhead + live / 64
+        self.band_live_room[band].load(Relaxed) + n * pad_per_rec + live / 64
     }
 
     fn copy_into_segments(&self, placed: &[Vec<Placed>], stamped: &[Vec<Vec<u8>>]) {
@@ -1602,19 +1618,24 @@ impl Inner {
         encode_segment_tail(&mut d, &o.entries, &f);
     }
 
-    /// Find room for a record of `len` bytes; returns the segment and offset.
+    /// Find room for a record of `len` bytes; returns the segment, the offset,
+    /// and the band payload the record used up: its room in the segment, the
+    /// header and footer of a segment it opened, and what it left unusable (the
+    /// end of a segment it did not fit in, the slots of a band too few for it).
+    /// `Cursor::place` follows the same steps for admission.
     fn place(
         &self,
         ws: &mut WriteState,
         len: usize,
         new_segs: &mut Vec<u64>,
-    ) -> Result<(Arc<SegBuf>, usize)> {
+    ) -> Result<(Arc<SegBuf>, usize, u64)> {
         let seg = self.layout.seg as usize;
         let len8 = round_up(len, 8);
-        let normal_max = seg - SEG_HEADER - SEG_FOOTER - SUMMARY_ENTRY;
-        if len8 <= normal_max {
+        let mut used_up = 0u64;
+        let Some(k) = self.layout.own_slots(len) else {
             loop {
                 if ws.open.is_none() {
+                    used_up += self.band_tail_skipped(ws, 1) + (SEG_HEADER + SEG_FOOTER) as u64;
                     let o = self.new_segment(ws, 1)?;
                     new_segs.push(o.buf.seq);
                     ws.open = Some(o);
@@ -1623,41 +1644,48 @@ impl Inner {
                     .open
                     .as_mut()
                     .ok_or_else(|| Error::Corruption("internal: no open segment".into()))?;
-                let mut off = round_up(o.used, 8);
-                // A small record that would straddle a 4 KiB boundary moves to the next
-                // block when that wastes little, so most gets need one 4 KiB read.
-                if len <= 4096
-                    && off / 4096 != (off + len - 1) / 4096
-                    && round_up(off, 4096) - off <= MAX_STRADDLE_PAD
-                {
-                    off = round_up(off, 4096);
-                }
-                let end = off + len8 + (o.entries.len() + 1) * SUMMARY_ENTRY + SEG_FOOTER;
-                if end <= seg {
+                if let Some(off) = self.layout.fit(seg, o.used, o.entries.len(), len) {
                     let band = o.buf.band as usize;
                     self.band_pad[band].fetch_add((off - round_up(o.used, 8)) as u64, Relaxed);
                     self.band_nrec[band].fetch_add(1, Relaxed);
+                    used_up += (off + len8 + SUMMARY_ENTRY).saturating_sub(o.used) as u64;
                     o.used = off + len8;
                     self.slot_placed[o.buf.slot as usize].fetch_add(len8 as u32, Relaxed);
-                    return Ok((o.buf.clone(), off));
+                    return Ok((o.buf.clone(), off, used_up));
                 }
                 if let Some(full) = ws.open.take() {
+                    used_up += Self::seal_waste(seg, &full);
                     ws.to_seal.push(full);
                 }
             }
-        }
+        };
         // One record larger than a segment: a segment of several slots of its own.
         if let Some(cur) = ws.open.take() {
+            used_up += Self::seal_waste(seg, &cur);
             ws.to_seal.push(cur);
         }
-        let k = (SEG_HEADER + len8 + SUMMARY_ENTRY + SEG_FOOTER).div_ceil(seg) as u64;
+        used_up += self.band_tail_skipped(ws, k) + k * seg as u64;
         let mut o = self.new_segment(ws, k)?;
         new_segs.push(o.buf.seq);
         o.used = SEG_HEADER + len8;
         self.slot_placed[o.buf.slot as usize].store(len8 as u32, Relaxed);
         let buf = o.buf.clone();
         ws.to_seal.push(o);
-        Ok((buf, SEG_HEADER))
+        Ok((buf, SEG_HEADER, used_up))
+    }
+
+    /// Room left unused in a one-slot segment sealed now.
+    fn seal_waste(seg: usize, o: &OpenSeg) -> u64 {
+        seg.saturating_sub(o.used + o.entries.len() * SUMMARY_ENTRY + SEG_FOOTER) as u64
+    }
+
+    /// Bytes of the open band that `new_segment(ws, k)` will leave unused.
+    fn band_tail_skipped(&self, ws: &WriteState, k: u64) -> u64 {
+        let left = self.layout.slots_per_band - ws.next_sib;
+        match ws.cur_band {
+            Some(_) if left < k => left * self.layout.seg,
+            _ => 0,
+        }
     }
 
     /// Allocate `k` consecutive slots in the open band (opening a new band if needed).
@@ -2179,5 +2207,58 @@ mod tests {
             kind: Kind::Put,
         };
         move_and_write_in_one_group(put, Some(b"new value"));
+    }
+
+    /// Space admission is only sound if `Cursor::place` predicts exactly what
+    /// `place` does: records of every kind of size (small ones that straddle
+    /// 4 KiB, ones that fill most of a segment, ones that need 2–4 slots of
+    /// their own) must leave the open segment, the open band and the free list
+    /// where the cursor said.
+    #[test]
+    fn the_cursor_predicts_placement() {
+        let dev = MemDevice::new(16 << 20);
+        let db = Db::create(&pool(&dev), opts()).expect("create");
+        let inner = &db.inner;
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut kinds = [0u32; 3];
+        for i in 0..240u64 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let len = match rng % 3 {
+                0 => 1 + (rng >> 8) as usize % 6000,
+                1 => (16 << 10) + (rng >> 8) as usize % (16 << 10),
+                _ => (32 << 10) + (rng >> 8) as usize % (72 << 10),
+            };
+            let value = vec![i as u8; len];
+            let k = format!("k{i}");
+            let rec_len = record_len(k.len(), len);
+            let (mut want, free) = {
+                let ws = inner.ws.lock();
+                let c = Cursor {
+                    open: ws.open.as_ref().map(|o| (o.used, o.entries.len())),
+                    ..inner.admission_cursor(&ws)
+                };
+                (c, inner.bands.lock().free_count())
+            };
+            want.place(&inner.layout, rec_len);
+            kinds[inner
+                .layout
+                .own_slots(rec_len)
+                .map_or(0, |k| (k - 1).min(2)) as usize] += 1;
+            db.put(k.as_bytes(), &value).expect("put");
+            let ws = inner.ws.lock();
+            let got = inner.admission_cursor(&ws).band_left;
+            let open = ws.open.as_ref().map(|o| (o.used, o.entries.len()));
+            let taken = free - inner.bands.lock().free_count();
+            assert_eq!(
+                (open, got, taken),
+                (want.open, want.band_left, want.bands_taken),
+                "record {i} of {rec_len} bytes"
+            );
+        }
+        // Every kind of size was tried.
+        assert!(kinds.iter().all(|&n| n > 20), "{kinds:?}");
+        db.close().expect("close");
     }
 }

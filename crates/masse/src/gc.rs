@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 /// What a GC pass did.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum GcOutcome {
-    Freed(u32),
+    /// A band was freed; `net` is its payload less the band payload its moved
+    /// records used up where they went.
+    Freed { band: u32, net: i64 },
     /// No sealed band has any invalid bytes.
     NoVictim,
 }
@@ -68,7 +70,7 @@ pub(crate) fn maintenance(inner: Arc<Inner>) {
                     break;
                 }
                 match gc_pass(&inner, false) {
-                    Ok(GcOutcome::Freed(_)) => {}
+                    Ok(GcOutcome::Freed { .. }) => {}
                     Ok(GcOutcome::NoVictim) => break,
                     Err(e) => {
                         if !matches!(e, Error::NoSpace(_)) {
@@ -88,26 +90,35 @@ pub(crate) fn maintenance(inner: Arc<Inner>) {
     }
 }
 
-/// Called by a writer that did not get space: make GC run and wait for a band,
-/// or report `NoSpace` once GC proves nothing can be reclaimed.
-pub(crate) fn wait_for_space(inner: &Inner, class: Class, need: usize) -> Result<()> {
-    let need = need as u64 * 2 + SEG_FOOTER as u64;
+/// Called by a writer whose request of records `lens` did not get space: run
+/// GC until the request would be admitted, or report `NoSpace` once GC proves
+/// nothing can be reclaimed.
+pub(crate) fn wait_for_space(inner: &Inner, class: Class, lens: &[usize]) -> Result<()> {
+    let fits = || {
+        let ws = inner.ws.lock();
+        let mut c = inner.admission_cursor(&ws);
+        inner.admit(&mut c, class, lens.iter().copied())
+    };
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut futile = 0;
     loop {
         inner.check_failed()?;
-        let before = {
-            let ws = inner.ws.lock();
-            if inner.space_ok(&ws, class, need) {
-                return Ok(());
-            }
-            inner.avail(&ws, class)
-        };
+        if fits() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::NoSpace(
+                "timed out waiting for GC to free space".into(),
+            ));
+        }
         match gc_pass(inner, true)? {
-            GcOutcome::Freed(_) => {
-                // Passes that free a band but gain no room mean the pool is full of live data.
-                let after = inner.avail(&inner.ws.lock(), class);
-                if after <= before {
+            GcOutcome::Freed { net, .. } => {
+                // Freeing a band only to fill as much again with its moved records
+                // means the pool is full of live data. Judged by the pass's own moves:
+                // the space this caller sees is no measure, as other writers may take
+                // the freed band at once (and a band that only refills a reserve is
+                // not space for this class, yet it is progress).
+                if net <= 0 {
                     futile += 1;
                     if futile >= 4 {
                         return Err(Error::NoSpace(
@@ -118,7 +129,6 @@ pub(crate) fn wait_for_space(inner: &Inner, class: Class, need: usize) -> Result
                 } else {
                     futile = 0;
                 }
-                continue;
             }
             GcOutcome::NoVictim => {
                 // A band being freed by another pass, or segments in flight, may still help.
@@ -129,8 +139,7 @@ pub(crate) fn wait_for_space(inner: &Inner, class: Class, need: usize) -> Result
                     sealed_in_flight || bt.bands.iter().any(|b| b.state == BandState::Victim)
                 };
                 if !busy {
-                    let ws = inner.ws.lock();
-                    if inner.space_ok(&ws, class, need) {
+                    if fits() {
                         return Ok(());
                     }
                     let bt = inner.bands.lock();
@@ -153,11 +162,6 @@ pub(crate) fn wait_for_space(inner: &Inner, class: Class, need: usize) -> Result
                 let mut bt = inner.bands.lock();
                 inner.space_cv.wait_for(&mut bt, Duration::from_millis(5));
             }
-        }
-        if Instant::now() > deadline {
-            return Err(Error::NoSpace(
-                "timed out waiting for GC to free space".into(),
-            ));
         }
     }
 }
@@ -214,8 +218,10 @@ pub(crate) fn gc_pass(inner: &Inner, urgent: bool) -> Result<GcOutcome> {
             None => return Ok(GcOutcome::NoVictim),
         }
     };
+    let room_before = inner.gc_room_used.load(Relaxed);
     match relocate_band(inner, victim) {
         Ok(true) => {
+            let moved = inner.gc_room_used.load(Relaxed) - room_before;
             let w = Waiter::new();
             let hdr = BandHeader {
                 state: BAND_FREE,
@@ -231,7 +237,10 @@ pub(crate) fn gc_pass(inner: &Inner, urgent: bool) -> Result<GcOutcome> {
             w.wait()?;
             inner.c.gc_runs.fetch_add(1, Relaxed);
             inner.c.gc_bands_freed.fetch_add(1, Relaxed);
-            Ok(GcOutcome::Freed(victim))
+            Ok(GcOutcome::Freed {
+                band: victim,
+                net: payload as i64 - moved as i64,
+            })
         }
         Ok(false) => {
             inner.bands.lock().bands[victim as usize].state = BandState::Pinned;

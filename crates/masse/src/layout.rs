@@ -1,6 +1,11 @@
-//! Address arithmetic: bands, slots and where they live on the capacity devices.
+//! Address arithmetic: bands, slots and where they live on the capacity devices;
+//! and the placement rule (where a record goes in the open segment, when it
+//! needs a segment or a band of its own), kept here in one place because both
+//! placement and space admission must follow it exactly.
 
-use crate::format::Geometry;
+use crate::db::MAX_STRADDLE_PAD;
+use crate::device::round_up;
+use crate::format::{Geometry, SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY};
 
 /// Derived geometry, cheap to query on the hot path.
 #[derive(Clone, Debug)]
@@ -81,6 +86,101 @@ impl Layout {
     /// Bytes of band payload (slots only).
     pub fn band_payload(&self) -> u64 {
         self.slots_per_band * self.seg
+    }
+
+    /// Offset at which a record of `len` bytes goes in a segment of `size` bytes
+    /// holding `used` bytes in `entries` records, or `None` if it does not fit
+    /// (records, their summary entries and the footer must all fit).
+    pub fn fit(&self, size: usize, used: usize, entries: usize, len: usize) -> Option<usize> {
+        let mut off = round_up(used, 8);
+        // A small record that would straddle a 4 KiB boundary moves to the next
+        // block when that wastes little, so most gets need one 4 KiB read.
+        if len <= 4096
+            && off / 4096 != (off + len - 1) / 4096
+            && round_up(off, 4096) - off <= MAX_STRADDLE_PAD
+        {
+            off = round_up(off, 4096);
+        }
+        let end = off + round_up(len, 8) + (entries + 1) * SUMMARY_ENTRY + SEG_FOOTER;
+        (end <= size).then_some(off)
+    }
+
+    /// Slots of the segment of its own that a record too big for a one-slot
+    /// segment gets; `None` if it fits in one (even an empty one: `fit` always
+    /// succeeds on a fresh segment then).
+    pub fn own_slots(&self, len: usize) -> Option<u64> {
+        let seg = self.seg as usize;
+        let len8 = round_up(len, 8);
+        if len8 + SEG_HEADER + SUMMARY_ENTRY + SEG_FOOTER <= seg {
+            return None;
+        }
+        Some((SEG_HEADER + len8 + SUMMARY_ENTRY + SEG_FOOTER).div_ceil(seg) as u64)
+    }
+
+    /// Bytes of band payload a record of `len8` bytes costs when rewritten among
+    /// records like it: a big record's whole segment, plus its share of the band
+    /// tail that k-slot segments cannot fill; a small one's share of a segment
+    /// (record, summary entry, header/footer and the end no such record fits in).
+    /// GC's cost model (`Inner::band_cost`) sums it over a band's live records.
+    pub fn room_cost(&self, len8: u32) -> u64 {
+        let len8 = len8 as usize;
+        match self.own_slots(len8) {
+            Some(k) => self.slots_per_band * self.seg / (self.slots_per_band / k).max(1),
+            None => {
+                let room = self.seg as usize - SEG_HEADER - SEG_FOOTER;
+                let per_seg = (room / (len8 + SUMMARY_ENTRY)).max(1);
+                self.seg / per_seg as u64
+            }
+        }
+    }
+}
+
+/// The write position as far as space is concerned: what `Inner::place` does
+/// to it, record by record, without the buffers. Space admission runs records
+/// through a copy to learn how many free bands they would really take.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cursor {
+    /// `(bytes used, records)` of the open one-slot segment, if there is one.
+    pub open: Option<(usize, usize)>,
+    /// Slots not yet allocated in the open band (0 when there is none).
+    pub band_left: u64,
+    /// Bands taken from the free list on the way.
+    pub bands_taken: u32,
+}
+
+impl Cursor {
+    /// Move past one record of `len` bytes, following `Inner::place`.
+    pub fn place(&mut self, l: &Layout, len: usize) {
+        if let Some(k) = l.own_slots(len) {
+            self.open = None;
+            self.take_slots(l, k);
+            return;
+        }
+        loop {
+            let (used, n) = match self.open {
+                Some(o) => o,
+                None => {
+                    self.take_slots(l, 1);
+                    (SEG_HEADER, 0)
+                }
+            };
+            if let Some(off) = l.fit(l.seg as usize, used, n, len) {
+                self.open = Some((off + round_up(len, 8), n + 1));
+                return;
+            }
+            // Cannot loop: `own_slots` said the record fits an empty segment.
+            self.open = None;
+        }
+    }
+
+    /// `Inner::new_segment`: `k` slots in the open band, or a new band when the
+    /// open one has fewer left (those are never used).
+    fn take_slots(&mut self, l: &Layout, k: u64) {
+        if self.band_left < k {
+            self.bands_taken += 1;
+            self.band_left = l.slots_per_band;
+        }
+        self.band_left -= k;
     }
 }
 
