@@ -542,53 +542,113 @@ fn load_checkpoint(inner: &Inner) -> Result<Option<LoadedCheckpoint>> {
 }
 
 fn try_load(inner: &Inner, off: u64, h: &CheckpointHeader) -> Result<Vec<BandRecord>> {
-    let meta = inner.pool.meta().clone();
-    let len = h.payload_len as usize;
-    let payload = crate::pool::read_block(
-        &meta,
-        off + CKPT_HEADER,
-        round_up(len.max(1), 4096),
-        "reading a checkpoint",
-    )?;
-    let payload = &payload[..len];
-    if xxhash_rust::xxh3::xxh3_64(payload) != h.payload_hash {
-        return Err(Error::Corruption(
-            "checkpoint payload checksum mismatch".into(),
-        ));
-    }
     if h.bands != inner.layout.bands || h.shards as usize != inner.index.shard_count() {
         return Err(Error::Corruption(
             "checkpoint does not match this pool's geometry".into(),
         ));
     }
-    let mut pos = 0usize;
+    let meta = inner.pool.meta().clone();
+    // Streamed, not read whole: at 10^8 keys the payload is as large as the index
+    // (1.6 GiB), and holding both doubled the process's DRAM at open. Shards are
+    // loaded before the payload hash is known; a mismatch at the end is an error
+    // and the caller clears the index, as for any other damage.
+    let mut r = ChunkReader::new(&meta, off + CKPT_HEADER, h.payload_len);
     let mut bands = Vec::with_capacity(h.bands as usize);
+    let mut rec = [0u8; BAND_RECORD];
     for _ in 0..h.bands {
-        let b = payload
-            .get(pos..pos + BAND_RECORD)
-            .ok_or_else(|| Error::Corruption("checkpoint truncated".into()))?;
-        bands.push(BandRecord::decode(b)?);
-        pos += BAND_RECORD;
+        r.read_exact(&mut rec)?;
+        bands.push(BandRecord::decode(&rec)?);
     }
+    let mut img = Vec::new();
     for s in 0..h.shards as usize {
-        let lb = payload
-            .get(pos..pos + 8)
-            .ok_or_else(|| Error::Corruption("checkpoint truncated".into()))?;
-        let n = u64::from_le_bytes(
-            lb.try_into()
-                .map_err(|_| Error::Corruption("checkpoint truncated".into()))?,
-        ) as usize;
-        pos += 8;
-        let img = payload
-            .get(pos..pos + n)
-            .ok_or_else(|| Error::Corruption("checkpoint truncated".into()))?;
+        let mut lb = [0u8; 8];
+        r.read_exact(&mut lb)?;
+        let n = u64::from_le_bytes(lb);
+        if n > r.remaining() {
+            return Err(Error::Corruption("checkpoint truncated".into()));
+        }
+        img.clear();
+        img.resize(n as usize, 0);
+        r.read_exact(&mut img)?;
         inner
             .index
-            .load_shard_image(s, img)
+            .load_shard_image(s, &img)
             .map_err(|e| Error::Corruption(format!("checkpoint index shard {s}: {e}")))?;
-        pos += n;
+    }
+    if r.finish()? != h.payload_hash {
+        return Err(Error::Corruption(
+            "checkpoint payload checksum mismatch".into(),
+        ));
     }
     Ok(bands)
+}
+
+/// Reads a checkpoint payload in aligned 8 MiB pieces, hashing as it goes (the
+/// counterpart of [`ChunkWriter`]).
+struct ChunkReader<'a> {
+    dev: &'a Arc<dyn crate::device::Device>,
+    base: u64,
+    len: u64,
+    buf: AlignedBuf,
+    /// Payload offset of `buf[0]`, and how many of its bytes are valid / consumed.
+    at: u64,
+    valid: usize,
+    used: usize,
+    hash: Xxh3,
+}
+
+impl<'a> ChunkReader<'a> {
+    fn new(dev: &'a Arc<dyn crate::device::Device>, base: u64, len: u64) -> Self {
+        ChunkReader {
+            dev,
+            base,
+            len,
+            buf: AlignedBuf::new(8 << 20),
+            at: 0,
+            valid: 0,
+            used: 0,
+            hash: Xxh3::new(),
+        }
+    }
+
+    fn remaining(&self) -> u64 {
+        self.len - (self.at + self.used as u64)
+    }
+
+    fn read_exact(&mut self, mut out: &mut [u8]) -> Result<()> {
+        if out.len() as u64 > self.remaining() {
+            return Err(Error::Corruption("checkpoint truncated".into()));
+        }
+        while !out.is_empty() {
+            if self.used == self.valid {
+                self.at += self.valid as u64;
+                let want = (self.len - self.at).min(self.buf.len() as u64) as usize;
+                let n = round_up(want, 4096);
+                self.dev
+                    .read_at(&mut self.buf[..n], self.base + self.at)
+                    .map_err(|e| Error::io(&self.dev.info().path, "reading a checkpoint", e))?;
+                self.valid = want;
+                self.used = 0;
+            }
+            let k = (self.valid - self.used).min(out.len());
+            let src = &self.buf[self.used..self.used + k];
+            self.hash.update(src);
+            out[..k].copy_from_slice(src);
+            self.used += k;
+            out = &mut out[k..];
+        }
+        Ok(())
+    }
+
+    /// The hash of the whole payload (bytes not consumed are read and hashed too).
+    fn finish(mut self) -> Result<u64> {
+        let mut rest = [0u8; 4096];
+        while self.remaining() > 0 {
+            let k = (self.remaining() as usize).min(rest.len());
+            self.read_exact(&mut rest[..k])?;
+        }
+        Ok(self.hash.digest())
+    }
 }
 
 /// Write a checkpoint of the index to the inactive slot. Returns false if skipped
