@@ -1328,19 +1328,30 @@ impl Shared {
             return Ok(None);
         }
         self.c.chunk_reads.fetch_add(1, Relaxed);
-        let mut v = match self.db.get(&chunk_key(ino, idx))? {
-            Some(v) => v,
-            None => return Ok(None),
-        };
+        match self.db.get(&chunk_key(ino, idx))? {
+            Some(v) => self.durable_part(st, ino, idx, v).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A stored chunk checked against the chunk size and clamped to the durable
+    /// size (see `write_locked`).
+    fn durable_part(
+        &self,
+        st: &NodeState,
+        ino: u64,
+        idx: u64,
+        mut v: Vec<u8>,
+    ) -> VfsResult<Vec<u8>> {
         if v.len() as u64 > self.cs {
             return Err(VfsError::Corrupt(format!(
                 "chunk {idx} of inode {ino} holds {} bytes, more than the chunk size",
                 v.len()
             )));
         }
-        let valid = (disk_size - start).min(self.cs) as usize;
+        let valid = (st.disk.size - idx * self.cs).min(self.cs) as usize;
         v.truncate(valid);
-        Ok(Some(v))
+        Ok(v)
     }
 
     fn read_locked(&self, st: &NodeState, ino: u64, off: u64, len: usize) -> VfsResult<Vec<u8>> {
@@ -1406,20 +1417,11 @@ impl Shared {
         self.c.chunk_reads.fetch_add(idxs.len() as u64, Relaxed);
         let keys: Vec<Vec<u8>> = idxs.iter().map(|&i| chunk_key(ino, i)).collect();
         let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-        let mut vals = self.db.get_many(&refs)?;
-        for (&idx, v) in idxs.iter().zip(vals.iter_mut()) {
-            if let Some(v) = v {
-                if v.len() as u64 > self.cs {
-                    return Err(VfsError::Corrupt(format!(
-                        "chunk {idx} of inode {ino} holds {} bytes, more than the chunk size",
-                        v.len()
-                    )));
-                }
-                let valid = (st.disk.size - idx * self.cs).min(self.cs) as usize;
-                v.truncate(valid);
-            }
-        }
-        Ok(vals)
+        let vals = self.db.get_many(&refs)?;
+        idxs.iter()
+            .zip(vals)
+            .map(|(&idx, v)| v.map(|v| self.durable_part(st, ino, idx, v)).transpose())
+            .collect()
     }
 
     fn write_locked(&self, st: &mut NodeState, ino: u64, off: u64, data: &[u8]) -> VfsResult<()> {
