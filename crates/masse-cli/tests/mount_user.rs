@@ -8,12 +8,10 @@
 
 mod mountkit;
 
-use mountkit::{ready, sh, unavailable, MASSE};
-use std::io::{BufRead, BufReader};
+use mountkit::{ready, run_ok, sh, spawn_mount, unavailable, MASSE};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 const NOBODY: u32 = 65534;
 
@@ -48,75 +46,10 @@ fn as_user(prog: &Path, args: &[&str]) -> Command {
 
 /// A shell command as the user; panics with its output on failure.
 fn user_sh(cmd: &str) -> String {
-    let out = as_user(Path::new("/bin/sh"), &["-c", cmd])
-        .output()
-        .expect("run sh as the user");
-    assert!(
-        out.status.success(),
-        "`{cmd}` as the user failed ({}):\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Start `masse mount` as the user; returns once the mount is live.
-fn mount(bin: &Path, pool: &[&str], mnt: &Path) -> (Child, std::thread::JoinHandle<String>) {
-    let mut args = vec!["mount"];
-    args.extend_from_slice(pool);
-    let mnt_s = mnt.display().to_string();
-    args.push(&mnt_s);
-    let mut child = as_user(bin, &args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn masse mount as the user");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    let reader = std::thread::spawn(move || {
-        let mut all = String::new();
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if line.contains("mounted on") {
-                let _ = tx.send(());
-            }
-            all.push_str(&line);
-            all.push('\n');
-        }
-        all
-    });
-    let t0 = Instant::now();
-    while rx.recv_timeout(Duration::from_millis(200)).is_err() {
-        if let Ok(Some(st)) = child.try_wait() {
-            panic!("masse mount (as the user) exited before mounting: {st}");
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "mount did not come up in 30 s"
-        );
-    }
-    (child, reader)
-}
-
-/// Wait for the mount process after an unmount; assert a clean close.
-fn wait_clean(mut child: Child, reader: std::thread::JoinHandle<String>) {
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if t0.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("masse mount did not exit after unmount");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let out = reader.join().unwrap_or_default();
-    assert!(status.success(), "masse mount exited with {status}:\n{out}");
-    assert!(
-        out.contains("pool closed cleanly"),
-        "no clean close:\n{out}"
-    );
+    run_ok(
+        as_user(Path::new("/bin/sh"), &["-c", cmd]),
+        &format!("{cmd} (as the user)"),
+    )
 }
 
 #[test]
@@ -160,15 +93,13 @@ fn a_user_mounts_owns_and_unmounts() {
 
     let mut create = vec!["create", "--fast-size", "64M", "--capacity-size", "1G"];
     create.extend_from_slice(&pool);
-    let out = as_user(&bin, &create).output().expect("masse create");
-    assert!(
-        out.status.success(),
-        "masse create as the user: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(as_user(&bin, &create), "masse create (as the user)");
 
     let m = mnt.display().to_string();
-    let (child, reader) = mount(&bin, &pool, &mnt);
+    let mut mount_args = vec!["mount"];
+    mount_args.extend_from_slice(&pool);
+    mount_args.push(&m);
+    let mounted = spawn_mount(as_user(&bin, &mount_args), &mnt);
     // The first mount made the file layer: its root belongs to the user, so the
     // user can create at the top without any chown.
     let root_owner = user_sh(&format!("stat -c '%u:%g' '{m}'"));
@@ -195,21 +126,19 @@ fn a_user_mounts_owns_and_unmounts() {
     }
     // Unmount the way a user does, with the setuid helper.
     user_sh(&format!("fusermount3 -u '{m}'"));
-    wait_clean(child, reader);
+    mounted.wait_clean();
     assert!(
         !sh("cat /proc/self/mounts").contains(&m),
         "still mounted after fusermount3 -u"
     );
 
-    let (child, reader) = mount(&bin, &pool, &mnt);
+    let mounted = spawn_mount(as_user(&bin, &mount_args), &mnt);
     assert_eq!(
         user_sh(&format!("sha256sum '{m}/dir/moved'")),
         digest,
         "data after a remount"
     );
     assert_eq!(user_sh(&format!("cat '{m}/note'")), "note\n");
-    // SIGTERM from the user's side (the test is its parent) unmounts cleanly too.
-    // SAFETY: kill on our own child's pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    wait_clean(child, reader);
+    // SIGTERM (the test is its parent) unmounts a user's mount cleanly too.
+    mounted.unmount_with("signal");
 }

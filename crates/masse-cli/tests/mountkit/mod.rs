@@ -120,50 +120,57 @@ impl Pool {
 
     /// Mount with extra `masse mount` options; waits until the mount is live.
     pub fn mount(&self, extra: &[&str]) -> Mounted {
-        let mut child = Command::new(MASSE)
-            .arg("mount")
+        let mut cmd = Command::new(MASSE);
+        cmd.arg("mount")
             .args(Self::flags(&self.fast, &self.cap))
             .args(extra)
-            .arg(&self.mnt)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn masse mount");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel::<String>();
-        let reader = std::thread::spawn(move || {
-            let mut all = String::new();
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line.clone());
-                all.push_str(&line);
-                all.push('\n');
-            }
-            all
-        });
-        let t0 = Instant::now();
-        loop {
-            match rx.recv_timeout(Duration::from_millis(200)) {
-                Ok(l) if l.contains("mounted on") => break,
-                Ok(_) => {}
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    let st = child.wait();
-                    panic!("masse mount exited before mounting: {st:?}");
-                }
-            }
-            if let Ok(Some(st)) = child.try_wait() {
-                panic!("masse mount exited before mounting: {st}");
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "mount did not come up in 30 s"
-            );
+            .arg(&self.mnt);
+        spawn_mount(cmd, &self.mnt)
+    }
+}
+
+/// Start `cmd` (a `masse mount` of `mnt`, however launched) and wait until it
+/// says the mount is live.
+pub fn spawn_mount(mut cmd: Command, mnt: &Path) -> Mounted {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn masse mount");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
         }
-        Mounted {
-            child: Some(child),
-            reader: Some(reader),
-            mnt: self.mnt.clone(),
+        all
+    });
+    let t0 = Instant::now();
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(l) if l.contains("mounted on") => break,
+            Ok(_) => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let st = child.wait();
+                panic!("masse mount exited before mounting: {st:?}");
+            }
         }
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("masse mount exited before mounting: {st}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "mount did not come up in 30 s"
+        );
+    }
+    Mounted {
+        child: Some(child),
+        reader: Some(reader),
+        mnt: mnt.to_path_buf(),
     }
 }
 
@@ -182,12 +189,12 @@ impl Mounted {
     /// Unmount the way a user would (`how`: "signal" sends SIGTERM, "fusermount"
     /// runs `fusermount3 -u`, "umount" runs umount), wait for the process, and
     /// assert it flushed and closed the pool cleanly. Returns its stdout.
-    pub fn unmount_with(mut self, how: &str) -> String {
-        let mut child = self.child.take().expect("mounted");
+    pub fn unmount_with(self, how: &str) -> String {
         match how {
             "signal" => {
+                let pid = self.child.as_ref().expect("mounted").id();
                 // SAFETY: kill on our own child's pid.
-                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+                unsafe { libc::kill(pid as i32, libc::SIGTERM) };
             }
             "fusermount" => {
                 let st = Command::new("fusermount3")
@@ -204,6 +211,13 @@ impl Mounted {
                 assert!(st.map(|s| s.success()).unwrap_or(false), "umount failed");
             }
         }
+        self.wait_clean()
+    }
+
+    /// After an unmount done some other way: wait for the process, and assert it
+    /// flushed and closed the pool cleanly. Returns its stdout.
+    pub fn wait_clean(mut self) -> String {
+        let mut child = self.child.take().expect("mounted");
         let t0 = Instant::now();
         let status = loop {
             if let Some(s) = child.try_wait().expect("wait") {
@@ -257,14 +271,17 @@ impl Drop for Mounted {
 
 /// Run a shell command; panic with its output on failure; return stdout.
 pub fn sh(cmd: &str) -> String {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .output()
-        .expect("run sh");
+    let mut c = Command::new("sh");
+    c.arg("-c").arg(cmd);
+    run_ok(c, cmd)
+}
+
+/// Run `cmd` (described as `what`); panic with its output on failure; return stdout.
+pub fn run_ok(mut cmd: Command, what: &str) -> String {
+    let out = cmd.output().expect("run a command");
     assert!(
         out.status.success(),
-        "`{cmd}` failed ({}):\nstdout: {}\nstderr: {}",
+        "`{what}` failed ({}):\nstdout: {}\nstderr: {}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
