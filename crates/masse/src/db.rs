@@ -867,6 +867,50 @@ impl Db {
         }
     }
 
+    /// A one-paragraph dump of the write path's state (group-commit queue and
+    /// leader, pad ring, bands, writer queue, failure): for hang watchdogs and
+    /// bug reports. Takes only short-lived locks, so it answers even when a
+    /// writer is stuck.
+    pub fn debug_state(&self) -> String {
+        let i = &self.inner;
+        let (queued, leader, stalled) = {
+            let q = i.queue.lock();
+            let stalled = q.reqs.iter().filter(|r| r.is_done()).count();
+            (q.reqs.len(), q.leader, stalled)
+        };
+        let pad = i.pad.as_ref().map(|p| {
+            let s = p.st.lock();
+            format!(
+                "pad head {} tail {} marks {} pending {:?} hold {:?}; ",
+                s.head,
+                s.tail,
+                s.marks.len(),
+                s.pending,
+                s.hold
+            )
+        });
+        let (free, victims) = {
+            let bt = i.bands.lock();
+            let v = bt
+                .bands
+                .iter()
+                .filter(|b| b.state == BandState::Victim)
+                .count();
+            (bt.free_count(), v)
+        };
+        let writer = i.writer.lock().as_ref().map(|tx| tx.len());
+        format!(
+            "queue {queued} requests ({stalled} already completed), leader active {leader}; {}\
+             bands free {free} of {}, victims {victims}; writer queue {writer:?}; \
+             segments in DRAM {}; activity {:?}; failed {:?}",
+            pad.unwrap_or_default(),
+            i.layout.bands,
+            i.bufs.read().len(),
+            self.activity(),
+            i.failed.lock().clone()
+        )
+    }
+
     /// The pool geometry.
     pub fn geometry(&self) -> &Geometry {
         &self.inner.pool.geo
