@@ -66,7 +66,7 @@ while [ $# -gt 0 ]; do
         --force) FORCE=1 ;;
         --print-path) PRINT_PATH=1 ;;
         --check) CHECK_ONLY=1 ;;
-        -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-rocksdb: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
