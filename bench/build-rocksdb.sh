@@ -168,7 +168,7 @@ build() {
     build_paths_tool "$BIN.tmp"
     {
         echo "rocksdb: $ROCKSDB_VERSION (crates.io librocksdb-sys $CRATE_VERSION, $(cat "$SRC/CRATE-CHECKSUM" 2>/dev/null | tr -d ' '))"
-        echo "built: $(date -u '+%Y-%m-%d %H:%M UTC') in ${took} s with $JOBS jobs on $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
+        echo "built: $(date -u '+%Y-%m-%d %H:%M UTC'), ninja ran ${took} s in this invocation (an earlier, interrupted one may have compiled part of it) with $JOBS jobs on $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
         echo "compiler: $(g++ --version | head -1)"
         echo "cmake: ${CMAKE_OPTS[*]} -DROCKSDB_PLUGINS=$PLUGIN_NAMES"
         echo "plugins: ${PLUGIN_NAMES:-none}"
