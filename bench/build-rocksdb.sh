@@ -164,7 +164,10 @@ build() {
         || { tail -30 "$BUILD/build.log" >&2; say "build failed: $BUILD/build.log"; exit 1; }
     local took=$((SECONDS - t0))
     mkdir -p "$BIN.tmp"
-    for t in $TARGETS; do cp "$BUILD/$t" "$BIN.tmp/"; done
+    local t
+    for t in $TARGETS; do  # db_bench sits at the top of the build dir, ldb under tools/
+        if [ -f "$BUILD/$t" ]; then cp "$BUILD/$t" "$BIN.tmp/"; else cp "$BUILD/tools/$t" "$BIN.tmp/"; fi
+    done
     build_paths_tool "$BIN.tmp"
     {
         echo "rocksdb: $ROCKSDB_VERSION (crates.io librocksdb-sys $CRATE_VERSION, $(cat "$SRC/CRATE-CHECKSUM" 2>/dev/null | tr -d ' '))"
@@ -172,7 +175,7 @@ build() {
         echo "compiler: $(g++ --version | head -1)"
         echo "cmake: ${CMAKE_OPTS[*]} -DROCKSDB_PLUGINS=$PLUGIN_NAMES"
         echo "plugins: ${PLUGIN_NAMES:-none}"
-        echo "flags: $(grep -m1 -o 'CMAKE_CXX_FLAGS:STRING=.*' "$BUILD/CMakeCache.txt")"
+        echo "flags: $(cd "$BUILD" && ninja -t commands CMakeFiles/db_bench.dir/tools/db_bench.cc.o | tail -1 | grep -o -E -- '-march=[^ ]+|-O[0-9s]|-DNDEBUG|-DROCKSDB_(IOURING_PRESENT|JEMALLOC)|-D(SNAPPY|LZ4|ZSTD)\b' | tr '\n' ' ')"
     } > "$BIN.tmp/BUILD-INFO.txt"
     rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
     say "built in $((took / 60)) min $((took % 60)) s"

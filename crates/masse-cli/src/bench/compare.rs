@@ -519,6 +519,31 @@ mod tests {
         assert_eq!(rocksdb_binary(&release, None), "RocksDB 11.8.1");
     }
 
+    /// The same workload on the release build of 11.8.1 (bench/compare-rocksdb smoke
+    /// run, `tuned` variant, 2 threads, 3 s): the format the new comparison parses.
+    const RECORDED_11_8: &str =
+        include_str!("../../tests/data/db_bench-11.8.1-readrandomwriterandom.out");
+
+    #[test]
+    fn parses_a_recorded_db_bench_11_8_release_run() {
+        let o = parse_output(RECORDED_11_8);
+        let s = o.summaries.last().expect("a summary line");
+        assert_eq!(s.name, "readrandomwriterandom");
+        assert_eq!((s.ops_per_sec, s.operations), (33844, 102998));
+        assert_eq!(s.found(), Some((21482, 26000)));
+        for (op, count) in [("read", 51500), ("write", 51498)] {
+            let h = o.histograms.iter().find(|h| h.op == op).expect(op);
+            assert_eq!(h.lat.count, count);
+            assert_eq!(h.buckets.iter().map(|b| b.2).sum::<u64>(), count, "{op}");
+        }
+        let r = o.histograms.iter().find(|h| h.op == "read").expect("read");
+        assert!((r.lat.p999 - 7491.0).abs() < 1e-9 && (r.lat.max - 32171.0).abs() < 1e-9);
+        assert_eq!(o.tickers.get("rocksdb.number.keys.written"), Some(&51498));
+        // A release build: no assertion warning in the header.
+        assert!(!o.assertions);
+        assert_eq!(rocksdb_binary(&o, Some("11.8.1".into())), "RocksDB 11.8.1");
+    }
+
     #[test]
     fn parses_gnu_time_with_and_without_io_counts() {
         let u = parse_time("61.02 50.10 9.90 123456 2048 4096\n").expect("six fields");
