@@ -239,6 +239,11 @@ pub struct Output {
     pub histograms: Vec<Histo>,
     /// `--statistics` tickers (`rocksdb.x COUNT : n`).
     pub tickers: BTreeMap<String, u64>,
+    /// `RocksDB:    version X` (db_bench prints it on standard error).
+    pub version: Option<String>,
+    /// db_bench warned "Assertions are enabled" (a build without NDEBUG) or
+    /// "Optimization is disabled".
+    pub assertions: bool,
 }
 
 fn num_after(s: &str, key: &str) -> Option<f64> {
@@ -258,6 +263,17 @@ pub fn parse_output(text: &str) -> Output {
             _ => raw,
         };
         let line = line.trim_end();
+        if let Some(v) = line.strip_prefix("RocksDB:") {
+            out.version = v
+                .trim()
+                .strip_prefix("version")
+                .map(|v| v.trim().to_string());
+        }
+        if line.starts_with("WARNING: Assertions are enabled")
+            || line.starts_with("WARNING: Optimization is disabled")
+        {
+            out.assertions = true;
+        }
         if let Some(s) = Summary::parse(line) {
             out.summaries.push(s);
             out.histograms.clear();

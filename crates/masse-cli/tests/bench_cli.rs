@@ -219,3 +219,79 @@ fn db_bench_flag_semantics() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--use_existing_db"));
 }
+
+/// multireadrandom draws its keys as db_bench's MultiReadRandom does (per batch one draw
+/// for the database, then one per key, key = draw % num), reads each batch with one
+/// `Db::get_many`, and records one latency sample per batch, as db_bench does.
+#[test]
+fn multireadrandom_reads_db_benchs_keys_in_batches() {
+    let dir = scratch();
+    let (num, threads, seed, batch) = (20_000u64, 2usize, 1u64, 8u64);
+    let json = dir.path().join("report.json");
+    let o = Command::new(MASSE)
+        .arg("bench")
+        .args(["--benchmarks=fillrandom,multireadrandom", "--key_size=16"])
+        .arg(format!("--num={num}"))
+        .arg(format!("--threads={threads}"))
+        .arg(format!("--seed={seed}"))
+        .arg(format!("--batch_size={batch}"))
+        .args([
+            "--fast-size=64M",
+            "--multiread_batched=true",
+            "--async_io=false",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run masse bench");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut seeds = Seeds::new(seed);
+    let mut live = HashSet::new();
+    let mut key = [0u8; 16];
+    for s in seeds.next_threads(threads) {
+        let mut r = Mt64::new(s);
+        for _ in 0..num {
+            fmt_key(&mut key, r.next_key(num));
+            live.insert(key);
+        }
+    }
+    // Thread 0 of the reads: num / batch batches of (one database draw, batch key draws).
+    let mut r = Mt64::new(seeds.next_threads(threads)[0]);
+    let mut found = 0u64;
+    for _ in 0..num / batch {
+        let _db = r.next_u64();
+        for _ in 0..batch {
+            fmt_key(&mut key, r.next_u64() % num);
+            found += u64::from(live.contains(&key));
+        }
+    }
+    let sums: Vec<Summary> = out.lines().filter_map(Summary::parse).collect();
+    assert_eq!(sums[1].name, "multireadrandom");
+    assert_eq!(sums[1].operations, num * threads as u64);
+    assert_eq!(sums[1].found(), Some((found, num)), "{}", sums[1].line());
+    let j: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("report")).expect("JSON");
+    let m = &j["benchmarks"][1];
+    assert_eq!(m["reads"], num * threads as u64);
+    // One latency sample per batch; the per-interval series counts keys.
+    assert_eq!(
+        m["latency_us"]["read"]["count"],
+        num * threads as u64 / batch
+    );
+    let per: u64 = m["ops_per_interval"]["read"]
+        .as_array()
+        .expect("series")
+        .iter()
+        .filter_map(|v| v.as_u64())
+        .sum();
+    assert_eq!(per, num * threads as u64);
+    assert_eq!(j["config"]["batch_size"], batch);
+}

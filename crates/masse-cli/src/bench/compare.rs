@@ -1,7 +1,10 @@
 //! `masse bench-compare` (hidden; used by `bench/compare-rocksdb`): turn the outputs of
-//! one `masse bench` run and one `db_bench` run of the same workload into a side-by-side
-//! row (JSON), and rows into a Markdown table.
+//! one engine's run of one workload — `masse bench`, or `db_bench` with one RocksDB
+//! configuration ("variant") — into an observation (a JSON line), and a file of them into
+//! the Markdown side-by-side tables, with masse held against the best RocksDB variant of
+//! each workload and the targets worked out (`compare_report`).
 
+use super::compare_report;
 use crate::error::{io_err, CliError, CliResult};
 use clap::{Args, Subcommand};
 use masse_cli::dbbench::{parse_output, Histo, Output};
@@ -16,96 +19,156 @@ pub struct CompareArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum What {
-    /// Print one comparison row as a JSON line.
-    Row(Box<RowArgs>),
-    /// Print the Markdown table of a file of rows.
+    /// Print masse's observation of one run as a JSON line.
+    Masse(Box<MasseArgs>),
+    /// Print one RocksDB variant's observation of one run as a JSON line.
+    Rocksdb(Box<RocksdbArgs>),
+    /// Print the Markdown tables of a file of observations.
     Table {
-        /// File of JSON rows (one per line).
+        /// File of JSON observations (one per line).
         rows: PathBuf,
     },
 }
 
-#[derive(Args, Debug)]
-pub struct RowArgs {
+/// What both engines' observations share: the workload cell and the device bound.
+#[derive(Args, Debug, Clone)]
+pub struct CellArgs {
+    /// The workload's name, e.g. "Table 4".
     #[arg(long)]
     pub label: String,
-    /// `masse bench --json` of the fill.
+    /// GNU time output (`%e %U %S %M %O %I`) of the fill process.
     #[arg(long)]
-    pub masse_fill_json: PathBuf,
-    /// `masse bench --json` of the run.
+    pub fill_time: Option<PathBuf>,
+    /// GNU time output of the run process.
     #[arg(long)]
-    pub masse_json: PathBuf,
-    /// GNU time output (`%e %U %S %M`) of the masse run.
+    pub time: PathBuf,
+    /// Queue depth of the fio measurement below (threads × batch).
     #[arg(long)]
-    pub masse_time: PathBuf,
-    /// db_bench's standard output of the fill.
-    #[arg(long)]
-    pub rocksdb_fill_out: PathBuf,
-    /// db_bench's standard output of the run (with --histogram --statistics).
-    #[arg(long)]
-    pub rocksdb_out: PathBuf,
-    /// GNU time output of the db_bench run.
-    #[arg(long)]
-    pub rocksdb_time: PathBuf,
-    /// db_bench's --report_file of the run (per-second throughput), if any.
-    #[arg(long)]
-    pub rocksdb_csv: Option<PathBuf>,
-    /// Block cache given to RocksDB, bytes.
-    #[arg(long)]
-    pub cache_size: u64,
-    /// fio's 4 KiB random-read IOPS on the capacity filesystem at a queue depth equal to
-    /// the thread count: the device-bound limit is this ÷ the read fraction.
+    pub fio_qd: Option<u64>,
+    /// fio's 4 KiB random-read IOPS on the capacity filesystem at that queue depth.
     #[arg(long)]
     pub fio_iops: Option<f64>,
     /// fio's 99.9th-percentile read latency at that queue depth, µs: the device's own tail.
     #[arg(long)]
     pub fio_p999_us: Option<f64>,
+    /// Bytes on the fast tier at the end of the run (RocksDB: WAL + SSTs placed there).
+    #[arg(long)]
+    pub fast_bytes: Option<u64>,
 }
 
-/// One engine's figures in a row.
+#[derive(Args, Debug)]
+pub struct MasseArgs {
+    #[command(flatten)]
+    pub cell: CellArgs,
+    /// `masse bench --json` of the fill.
+    #[arg(long)]
+    pub fill_json: PathBuf,
+    /// `masse bench --json` of the run.
+    #[arg(long)]
+    pub json: PathBuf,
+    /// What ran, for the table (default: "masse <version>").
+    #[arg(long)]
+    pub binary: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct RocksdbArgs {
+    #[command(flatten)]
+    pub cell: CellArgs,
+    /// The RocksDB configuration's name (release, tuned, blob, tiered, ...).
+    #[arg(long)]
+    pub variant: String,
+    /// db_bench's standard output of the fill.
+    #[arg(long)]
+    pub fill_out: PathBuf,
+    /// db_bench's standard output of the run (with --histogram --statistics).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// db_bench's standard error of the run (its "RocksDB: version" line).
+    #[arg(long)]
+    pub err: Option<PathBuf>,
+    /// db_bench's --report_file of the run (per-second throughput), if any.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Block cache given to RocksDB, bytes.
+    #[arg(long)]
+    pub cache_size: u64,
+    #[arg(long)]
+    pub bench: String,
+    #[arg(long)]
+    pub threads: u64,
+    /// Keys per MultiGet (multireadrandom), 1 otherwise.
+    #[arg(long, default_value_t = 1)]
+    pub batch: u64,
+    #[arg(long)]
+    pub num: u64,
+    #[arg(long)]
+    pub key_size: u64,
+    #[arg(long)]
+    pub value_size: u64,
+    #[arg(long, default_value_t = 100)]
+    pub readwritepercent: u64,
+}
+
+/// One engine's figures in one workload cell.
 #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, Default)]
 pub struct Side {
     pub fill_ops_per_sec: f64,
-    pub fill_capacity_bytes_per_user_byte: Option<f64>,
-    #[serde(default)]
+    /// Bytes the fill process wrote to the capacity filesystem (GNU time %O × 512).
     pub fill_capacity_bytes_written: u64,
-    #[serde(default)]
+    /// Key + value bytes the fill wrote.
     pub fill_user_bytes_written: u64,
     pub ops_per_sec: f64,
     pub ops: u64,
     pub seconds: f64,
+    /// (found, reads) over all threads (RocksDB: thread 0, as db_bench prints it).
     pub found: Option<(u64, u64)>,
     pub read: Latency,
     pub write: Latency,
     /// Percent of reads over 1, 2, 4, 8, 64 ms.
     pub read_act: Vec<f64>,
     pub iops_consistency_all_pct: Option<f64>,
+    /// Bytes the run process wrote to the capacity filesystem (GNU time %O × 512): the
+    /// same measure for every engine and layout (tmpfs, the fast tier, is not counted).
     pub capacity_bytes_written: u64,
+    /// Bytes the run process read from the capacity filesystem (GNU time %I × 512).
+    pub capacity_bytes_read: u64,
+    /// The engine's own count of capacity writes in the run (masse: device counters;
+    /// RocksDB: flush + compaction writes, blob files included), a cross-check.
+    pub engine_capacity_bytes_written: u64,
     pub user_bytes_written: u64,
-    pub capacity_bytes_per_user_byte: Option<f64>,
+    /// masse: gets that cost a device read (its counter).
+    pub device_reads: Option<u64>,
     pub cpu_secs: f64,
     pub cpu_us_per_op: f64,
     pub peak_rss_bytes: u64,
     /// masse: index DRAM; RocksDB: block cache configured.
     pub index_or_cache_bytes: u64,
+    /// masse: its fast tier (pad + checkpoint slots); RocksDB: bytes on the fast tier.
+    pub fast_bytes: Option<u64>,
 }
 
+/// One engine (variant) in one workload cell: a line of the observations file.
 #[derive(serde::Serialize, serde::Deserialize, Clone, Debug)]
-pub struct Row {
+pub struct Obs {
     pub label: String,
+    pub bench: String,
     pub threads: u64,
+    pub batch: u64,
     pub num: u64,
     pub key_size: u64,
     pub value_size: u64,
     pub readwritepercent: u64,
-    /// fio's 4 KiB random-read IOPS at QD = threads on the capacity filesystem.
-    #[serde(default)]
+    /// "masse" or "rocksdb".
+    pub engine: String,
+    /// RocksDB's configuration name; "masse" for masse.
+    pub variant: String,
+    /// What ran, e.g. "RocksDB 11.8.1" or "RocksDB 7.8.3, assertions enabled".
+    pub binary: String,
+    pub fio_qd: Option<u64>,
     pub fio_iops: Option<f64>,
-    /// fio's read p99.9 at that queue depth, µs.
-    #[serde(default)]
     pub fio_p999_us: Option<f64>,
-    pub masse: Side,
-    pub rocksdb: Side,
+    pub side: Side,
 }
 
 fn read(p: &Path) -> CliResult<String> {
@@ -117,18 +180,39 @@ fn json(p: &Path) -> CliResult<serde_json::Value> {
         .map_err(|e| CliError::new(format!("{}: not JSON: {e}", p.display())))
 }
 
-/// GNU time `%e %U %S %M`: (elapsed, user + system seconds, max RSS bytes).
-pub fn parse_time(s: &str) -> Option<(f64, f64, u64)> {
+/// What GNU time `-f "%e %U %S %M %O %I"` reports for one process.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Usage {
+    pub elapsed: f64,
+    /// User + system seconds.
+    pub cpu: f64,
+    pub max_rss_bytes: u64,
+    /// File-system output / input in bytes (512-byte blocks: the kernel's per-process
+    /// write_bytes / read_bytes, storage I/O only; tmpfs counts none).
+    pub written: u64,
+    pub read: u64,
+}
+
+/// GNU time's last line `%e %U %S %M [%O %I]` (older files have the first four only).
+pub fn parse_time(s: &str) -> Option<Usage> {
     let line = s.lines().rev().find(|l| !l.trim().is_empty())?;
     let w: Vec<&str> = line.split_whitespace().collect();
     if w.len() < 4 {
         return None;
     }
-    Some((
-        w[0].parse().ok()?,
-        w[1].parse::<f64>().ok()? + w[2].parse::<f64>().ok()?,
-        w[3].parse::<u64>().ok()? * 1024,
-    ))
+    let blocks = |i: usize| w.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0) * 512;
+    Some(Usage {
+        elapsed: w[0].parse().ok()?,
+        cpu: w[1].parse::<f64>().ok()? + w[2].parse::<f64>().ok()?,
+        max_rss_bytes: w[3].parse::<u64>().ok()? * 1024,
+        written: blocks(4),
+        read: blocks(5),
+    })
+}
+
+fn usage(p: &Path) -> CliResult<Usage> {
+    parse_time(&read(p)?)
+        .ok_or_else(|| CliError::new(format!("{}: not GNU time output", p.display())))
 }
 
 fn lat_of_histo(h: Option<&Histo>) -> Latency {
@@ -139,16 +223,11 @@ fn lat_of_json(v: &serde_json::Value) -> Latency {
     serde_json::from_value(v.clone()).unwrap_or_default()
 }
 
-/// RocksDB's bytes written to SST files (the capacity device): flushes + compactions.
+/// RocksDB's own count of bytes written to SST and blob files: flushes + compactions
+/// (their I/O statistics count every file the job writes, blob files included).
 pub fn rocksdb_capacity_bytes(o: &Output) -> u64 {
-    o.tickers
-        .get("rocksdb.flush.write.bytes")
-        .copied()
-        .unwrap_or(0)
-        + o.tickers
-            .get("rocksdb.compact.write.bytes")
-            .copied()
-            .unwrap_or(0)
+    let t = |k: &str| o.tickers.get(k).copied().unwrap_or(0);
+    t("rocksdb.flush.write.bytes") + t("rocksdb.compact.write.bytes")
 }
 
 /// Per-second throughput from db_bench's --report_file (`secs_elapsed,interval_qps`).
@@ -159,13 +238,15 @@ pub fn parse_report_csv(s: &str) -> Vec<u64> {
         .collect()
 }
 
-pub fn row(a: &RowArgs) -> CliResult<Row> {
-    let mj = json(&a.masse_json)?;
-    let mf = json(&a.masse_fill_json)?;
+fn fio_of(c: &CellArgs) -> (Option<u64>, Option<f64>, Option<f64>) {
+    (c.fio_qd, c.fio_iops, c.fio_p999_us)
+}
+
+/// masse's observation from its fill and run reports and the two processes' usage.
+pub fn masse_obs(a: &MasseArgs) -> CliResult<Obs> {
+    let mj = json(&a.json)?;
+    let mf = json(&a.fill_json)?;
     let cfg = &mj["config"];
-    let num = cfg["num"].as_u64().unwrap_or(0);
-    let key_size = cfg["key_size"].as_u64().unwrap_or(0);
-    let value_size = cfg["value_size"].as_u64().unwrap_or(0);
     let b = mj["benchmarks"]
         .as_array()
         .and_then(|v| v.last())
@@ -176,17 +257,23 @@ pub fn row(a: &RowArgs) -> CliResult<Row> {
         .and_then(|v| v.first())
         .cloned()
         .unwrap_or_default();
-    let (_, mcpu, mrss) = parse_time(&read(&a.masse_time)?)
-        .ok_or_else(|| CliError::new("cannot parse the masse time file"))?;
-    let mops = b["ops"].as_u64().unwrap_or(0);
+    let run = usage(&a.cell.time)?;
+    let fill = a.cell.fill_time.as_deref().map(usage).transpose()?;
     let all_ops = b["reads"].as_u64().unwrap_or(0) + b["writes"].as_u64().unwrap_or(0);
-    let masse = Side {
+    let e = &b["engine"];
+    let fast = mf["pool"]["devices"].as_array().and_then(|d| {
+        d.iter()
+            .find(|x| x["role"] == "fast")
+            .and_then(|x| x["capacity"].as_u64())
+    });
+    let side = Side {
         fill_ops_per_sec: fb["ops_per_sec"].as_f64().unwrap_or(0.0),
-        fill_capacity_bytes_per_user_byte: fb["engine"]["capacity_bytes_per_user_byte"].as_f64(),
-        fill_capacity_bytes_written: fb["engine"]["capacity_bytes_written"].as_u64().unwrap_or(0),
+        fill_capacity_bytes_written: fill
+            .map(|u| u.written)
+            .unwrap_or_else(|| fb["engine"]["capacity_bytes_written"].as_u64().unwrap_or(0)),
         fill_user_bytes_written: fb["engine"]["user_bytes_written"].as_u64().unwrap_or(0),
         ops_per_sec: b["ops_per_sec"].as_f64().unwrap_or(0.0),
-        ops: mops,
+        ops: b["ops"].as_u64().unwrap_or(0),
         seconds: b["seconds"].as_f64().unwrap_or(0.0),
         found: Some((
             b["found"].as_u64().unwrap_or(0),
@@ -198,53 +285,99 @@ pub fn row(a: &RowArgs) -> CliResult<Row> {
             .as_array()
             .map(|v| v.iter().filter_map(|x| x["percent"].as_f64()).collect())
             .unwrap_or_default(),
-        iops_consistency_all_pct: b["iops_consistency_pct"]["all"].as_f64(),
-        capacity_bytes_written: b["engine"]["capacity_bytes_written"].as_u64().unwrap_or(0),
-        user_bytes_written: b["engine"]["user_bytes_written"].as_u64().unwrap_or(0),
-        capacity_bytes_per_user_byte: b["engine"]["capacity_bytes_per_user_byte"].as_f64(),
-        cpu_secs: mcpu,
-        cpu_us_per_op: mcpu * 1e6 / all_ops.max(1) as f64,
-        peak_rss_bytes: mrss,
-        index_or_cache_bytes: b["engine"]["index_bytes"].as_u64().unwrap_or(0),
+        // "all" exists only when the run mixed kinds; a read-only run's is its reads'.
+        iops_consistency_all_pct: b["iops_consistency_pct"]["all"]
+            .as_f64()
+            .or(b["iops_consistency_pct"]["read"].as_f64()),
+        capacity_bytes_written: run.written,
+        capacity_bytes_read: run.read,
+        engine_capacity_bytes_written: e["capacity_bytes_written"].as_u64().unwrap_or(0),
+        user_bytes_written: e["user_bytes_written"].as_u64().unwrap_or(0),
+        device_reads: e["device_reads"].as_u64(),
+        cpu_secs: run.cpu,
+        cpu_us_per_op: run.cpu * 1e6 / all_ops.max(1) as f64,
+        peak_rss_bytes: run.max_rss_bytes,
+        index_or_cache_bytes: e["index_bytes"].as_u64().unwrap_or(0),
+        fast_bytes: a.cell.fast_bytes.or(fast),
     };
-    let ro = parse_output(&read(&a.rocksdb_out)?);
-    let rf = parse_output(&read(&a.rocksdb_fill_out)?);
+    let (fio_qd, fio_iops, fio_p999_us) = fio_of(&a.cell);
+    let bench = b["name"].as_str().unwrap_or("?").to_string();
+    Ok(Obs {
+        label: a.cell.label.clone(),
+        batch: if bench == "multireadrandom" {
+            cfg["batch_size"].as_u64().unwrap_or(1)
+        } else {
+            1
+        },
+        bench,
+        threads: cfg["threads"].as_u64().unwrap_or(0),
+        num: cfg["num"].as_u64().unwrap_or(0),
+        key_size: cfg["key_size"].as_u64().unwrap_or(0),
+        value_size: cfg["value_size"].as_u64().unwrap_or(0),
+        readwritepercent: cfg["readwritepercent"].as_u64().unwrap_or(0),
+        engine: "masse".into(),
+        variant: "masse".into(),
+        binary: a
+            .binary
+            .clone()
+            .unwrap_or_else(|| format!("masse {}", env!("CARGO_PKG_VERSION"))),
+        fio_qd,
+        fio_iops,
+        fio_p999_us,
+        side,
+    })
+}
+
+/// "RocksDB 11.8.1" from db_bench's header, with the build's assertions if it says so.
+fn rocksdb_binary(o: &Output, version: Option<String>) -> String {
+    let v = version.or(o.version.clone()).unwrap_or_else(|| "?".into());
+    if o.assertions {
+        format!("RocksDB {v}, assertions enabled")
+    } else {
+        format!("RocksDB {v}")
+    }
+}
+
+/// One RocksDB variant's observation from db_bench's outputs and the processes' usage.
+pub fn rocksdb_obs(a: &RocksdbArgs) -> CliResult<Obs> {
+    let ro = parse_output(&read(&a.out)?);
+    let rf = parse_output(&read(&a.fill_out)?);
+    let version = match &a.err {
+        Some(p) => parse_output(&read(p)?).version,
+        None => None,
+    };
     let s = ro
         .summaries
-        .last()
-        .ok_or_else(|| CliError::new("no db_bench summary line in the run output"))?;
-    let (_, rcpu, rrss) = parse_time(&read(&a.rocksdb_time)?)
-        .ok_or_else(|| CliError::new("cannot parse the db_bench time file"))?;
+        .iter()
+        .rev()
+        .find(|s| s.name == a.bench)
+        .ok_or_else(|| {
+            CliError::new(format!(
+                "no {} summary line in {}",
+                a.bench,
+                a.out.display()
+            ))
+        })?;
+    let run = usage(&a.cell.time)?;
+    let fill = a.cell.fill_time.as_deref().map(usage).transpose()?;
     let hr = ro.histograms.iter().find(|h| h.op == "read");
     let hw = ro.histograms.iter().find(|h| h.op == "write");
-    let written_keys = ro
-        .tickers
-        .get("rocksdb.number.keys.written")
-        .copied()
-        .unwrap_or(0);
-    let user = written_keys * (key_size + value_size);
-    let cap = rocksdb_capacity_bytes(&ro);
-    let fill_keys = rf
-        .tickers
-        .get("rocksdb.number.keys.written")
-        .copied()
-        .unwrap_or(0);
-    let fill_cap = rocksdb_capacity_bytes(&rf);
-    let r_all_ops = hr.map(|h| h.lat.count).unwrap_or(0) + hw.map(|h| h.lat.count).unwrap_or(0);
-    let csv = match &a.rocksdb_csv {
+    let kv = a.key_size + a.value_size;
+    let keys_written = |o: &Output| o.tickers.get("rocksdb.number.keys.written").copied();
+    let csv = match &a.csv {
         Some(p) => parse_report_csv(&read(p).unwrap_or_default()),
         None => Vec::new(),
     };
-    let rocksdb = Side {
+    let side = Side {
         fill_ops_per_sec: rf
             .summaries
             .first()
             .map(|s| s.ops_per_sec as f64)
             .unwrap_or(0.0),
-        fill_capacity_bytes_per_user_byte: (fill_keys > 0)
-            .then(|| fill_cap as f64 / (fill_keys * (key_size + value_size)) as f64),
-        fill_capacity_bytes_written: fill_cap,
-        fill_user_bytes_written: fill_keys * (key_size + value_size),
+        fill_capacity_bytes_written: fill
+            .map(|u| u.written)
+            .unwrap_or_else(|| rocksdb_capacity_bytes(&rf)),
+        fill_user_bytes_written: keys_written(&rf).unwrap_or(0) * kv,
         ops_per_sec: s.operations as f64 / s.seconds.max(1e-9),
         ops: s.operations,
         seconds: s.seconds,
@@ -263,251 +396,66 @@ pub fn row(a: &RowArgs) -> CliResult<Row> {
         iops_consistency_all_pct: iops_consistency(
             &csv[..csv.len().min(s.seconds.floor() as usize)],
         ),
-        capacity_bytes_written: cap,
-        user_bytes_written: user,
-        capacity_bytes_per_user_byte: (user > 0).then(|| cap as f64 / user as f64),
-        cpu_secs: rcpu,
-        cpu_us_per_op: rcpu * 1e6 / r_all_ops.max(1) as f64,
-        peak_rss_bytes: rrss,
+        capacity_bytes_written: run.written,
+        capacity_bytes_read: run.read,
+        engine_capacity_bytes_written: rocksdb_capacity_bytes(&ro),
+        user_bytes_written: keys_written(&ro).unwrap_or(0) * kv,
+        device_reads: None,
+        cpu_secs: run.cpu,
+        cpu_us_per_op: run.cpu * 1e6 / s.operations.max(1) as f64,
+        peak_rss_bytes: run.max_rss_bytes,
         index_or_cache_bytes: a.cache_size,
+        fast_bytes: a.cell.fast_bytes,
     };
-    Ok(Row {
-        label: a.label.clone(),
-        threads: cfg["threads"].as_u64().unwrap_or(0),
-        num,
-        key_size,
-        value_size,
-        readwritepercent: cfg["readwritepercent"].as_u64().unwrap_or(0),
-        fio_iops: a.fio_iops,
-        fio_p999_us: a.fio_p999_us,
-        masse,
-        rocksdb,
+    let (fio_qd, fio_iops, fio_p999_us) = fio_of(&a.cell);
+    Ok(Obs {
+        label: a.cell.label.clone(),
+        bench: a.bench.clone(),
+        threads: a.threads,
+        batch: a.batch,
+        num: a.num,
+        key_size: a.key_size,
+        value_size: a.value_size,
+        readwritepercent: a.readwritepercent,
+        engine: "rocksdb".into(),
+        variant: a.variant.clone(),
+        binary: rocksdb_binary(&ro, version),
+        fio_qd,
+        fio_iops,
+        fio_p999_us,
+        side,
     })
 }
 
-fn ratio(a: f64, b: f64) -> String {
-    if b > 0.0 && a.is_finite() {
-        format!("{:.2}×", a / b)
-    } else {
-        "-".to_string()
-    }
+fn print_line(o: &Obs) -> CliResult<()> {
+    let line = serde_json::to_string(o)
+        .map_err(|e| CliError::new(format!("cannot encode the observation: {e}")))?;
+    println!("{line}");
+    Ok(())
 }
 
-fn us(v: f64) -> String {
-    if v >= 1000.0 {
-        format!("{:.2} ms", v / 1000.0)
-    } else {
-        format!("{v:.0} µs")
+/// The observations of a file, one JSON object per line.
+pub fn read_rows(p: &Path) -> CliResult<Vec<Obs>> {
+    let text = read(p)?;
+    let mut v = Vec::new();
+    for (i, l) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        v.push(
+            serde_json::from_str::<Obs>(l)
+                .map_err(|e| CliError::new(format!("{} line {}: {e}", p.display(), i + 1)))?,
+        );
     }
-}
-
-fn mib(b: u64) -> String {
-    format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)
-}
-
-/// The Markdown side-by-side table of `rows`.
-pub fn table(rows: &[Row]) -> String {
-    use std::fmt::Write;
-    let mut s = String::new();
-    // Capacity bytes and user bytes since the fill, per table and engine: the runs of one
-    // table follow each other on the same data.
-    let mut cum: std::collections::HashMap<(String, u8), (u64, u64)> = Default::default();
-    for r in rows {
-        let (m, k) = (&r.masse, &r.rocksdb);
-        let _ = writeln!(
-            s,
-            "### {} — {} keys, {} B keys, {} B values, readrandomwriterandom {}/{}, {} threads\n",
-            r.label,
-            r.num,
-            r.key_size,
-            r.value_size,
-            r.readwritepercent,
-            100 - r.readwritepercent,
-            r.threads
-        );
-        let _ = writeln!(
-            s,
-            "| | masse | RocksDB | masse ÷ RocksDB |\n|---|---|---|---|"
-        );
-        let mut line = |name: &str, a: String, b: String, q: String| {
-            let _ = writeln!(s, "| {name} | {a} | {b} | {q} |");
-        };
-        line(
-            "ops/s",
-            format!("{:.0}", m.ops_per_sec),
-            format!("{:.0}", k.ops_per_sec),
-            ratio(m.ops_per_sec, k.ops_per_sec),
-        );
-        if let Some(fio) = r.fio_iops.filter(|_| r.readwritepercent > 0) {
-            // The bound: every get costs one 4 KiB device read, puts none until
-            // segments flush. A get of an absent key costs no read in either engine (index /
-            // bloom filter), so the second bound counts only gets that find their key
-            // (masse's found share over all threads; both engines read the same keys).
-            let rf = r.readwritepercent as f64 / 100.0;
-            let bound = fio / rf;
-            line(
-                &format!(
-                    "ops/s ÷ device bound (fio 4 KiB randread QD{} {fio:.0} IOPS ÷ {:.0}% reads = {bound:.0})",
-                    r.threads,
-                    rf * 100.0
-                ),
-                format!("{:.2}", m.ops_per_sec / bound),
-                format!("{:.2}", k.ops_per_sec / bound),
-                String::new(),
-            );
-            if let Some((f, n)) = m.found.filter(|&(f, n)| f > 0 && n > 0) {
-                let ff = f as f64 / n as f64;
-                let b2 = fio / (rf * ff);
-                line(
-                    &format!(
-                        "ops/s ÷ device bound counting only gets that find their key ({:.0}% found: {b2:.0})",
-                        ff * 100.0
-                    ),
-                    format!("{:.2}", m.ops_per_sec / b2),
-                    format!("{:.2}", k.ops_per_sec / b2),
-                    String::new(),
-                );
-            }
-        }
-        for (name, a, b) in [
-            ("read p50", m.read.p50, k.read.p50),
-            ("read p99", m.read.p99, k.read.p99),
-            ("read p99.9", m.read.p999, k.read.p999),
-            ("read p99.99", m.read.p9999, k.read.p9999),
-            ("read max", m.read.max, k.read.max),
-            ("write p50", m.write.p50, k.write.p50),
-            ("write p99", m.write.p99, k.write.p99),
-            ("write p99.9", m.write.p999, k.write.p999),
-            ("write p99.99", m.write.p9999, k.write.p9999),
-        ] {
-            line(name, us(a), us(b), ratio(a, b));
-        }
-        if let Some(d) = r.fio_p999_us {
-            line(
-                &format!("device read p99.9 at QD{} (fio), for reference", r.threads),
-                us(d),
-                us(d),
-                String::new(),
-            );
-        }
-        let act = |v: &[f64]| {
-            v.iter()
-                .map(|x| format!("{x:.2}"))
-                .collect::<Vec<_>>()
-                .join(" / ")
-        };
-        line(
-            "reads over 1/2/4/8/64 ms, %",
-            act(&m.read_act),
-            act(&k.read_act),
-            String::new(),
-        );
-        let pct = |x: Option<f64>| x.map(|v| format!("{v:.1}%")).unwrap_or("-".into());
-        line(
-            "IOPS consistency (all ops, 1-s intervals)",
-            pct(m.iops_consistency_all_pct),
-            pct(k.iops_consistency_all_pct),
-            String::new(),
-        );
-        line(
-            "CPU µs per operation (process user+sys)",
-            format!("{:.1}", m.cpu_us_per_op),
-            format!("{:.1}", k.cpu_us_per_op),
-            ratio(m.cpu_us_per_op, k.cpu_us_per_op),
-        );
-        let wa = |x: Option<f64>| x.map(|v| format!("{v:.2}")).unwrap_or("-".into());
-        line(
-            "capacity-device bytes written per user byte (run)",
-            wa(m.capacity_bytes_per_user_byte),
-            wa(k.capacity_bytes_per_user_byte),
-            match (
-                m.capacity_bytes_per_user_byte,
-                k.capacity_bytes_per_user_byte,
-            ) {
-                (Some(a), Some(b)) => ratio(a, b),
-                _ => "-".into(),
-            },
-        );
-        let mut since_fill = |side: &Side, e: u8| {
-            let c = cum.entry((r.label.clone(), e)).or_insert((
-                side.fill_capacity_bytes_written,
-                side.fill_user_bytes_written,
-            ));
-            c.0 += side.capacity_bytes_written;
-            c.1 += side.user_bytes_written;
-            (c.1 > 0 && side.fill_user_bytes_written > 0).then(|| c.0 as f64 / c.1 as f64)
-        };
-        let (cm, ck) = (since_fill(m, 0), since_fill(k, 1));
-        line(
-            "capacity-device bytes written per user byte (fill and runs so far)",
-            wa(cm),
-            wa(ck),
-            match (cm, ck) {
-                (Some(a), Some(b)) => ratio(a, b),
-                _ => "-".into(),
-            },
-        );
-        line(
-            "capacity-device bytes written per user byte (fill)",
-            wa(m.fill_capacity_bytes_per_user_byte),
-            wa(k.fill_capacity_bytes_per_user_byte),
-            String::new(),
-        );
-        line(
-            "fill ops/s (1 thread)",
-            format!("{:.0}", m.fill_ops_per_sec),
-            format!("{:.0}", k.fill_ops_per_sec),
-            ratio(m.fill_ops_per_sec, k.fill_ops_per_sec),
-        );
-        line(
-            "DRAM: peak RSS",
-            mib(m.peak_rss_bytes),
-            mib(k.peak_rss_bytes),
-            ratio(m.peak_rss_bytes as f64, k.peak_rss_bytes as f64),
-        );
-        line(
-            "DRAM: index (masse) / block cache (RocksDB)",
-            mib(m.index_or_cache_bytes),
-            mib(k.index_or_cache_bytes),
-            String::new(),
-        );
-        let found = |f: Option<(u64, u64)>| {
-            f.map(|(a, b)| format!("{a} of {b}"))
-                .unwrap_or_else(|| "-".into())
-        };
-        line(
-            "found (masse: all threads; RocksDB: thread 0, as db_bench prints)",
-            found(m.found),
-            found(k.found),
-            String::new(),
-        );
-        s.push('\n');
-    }
-    s
+    Ok(v)
 }
 
 pub fn run(a: &CompareArgs) -> CliResult<i32> {
     match &a.what {
-        What::Row(r) => {
-            let row = row(r)?;
-            let line = serde_json::to_string(&row)
-                .map_err(|e| CliError::new(format!("cannot encode the row: {e}")))?;
-            println!("{line}");
-        }
-        What::Table { rows } => {
-            let text = read(rows)?;
-            let mut v = Vec::new();
-            for (i, l) in text
-                .lines()
-                .enumerate()
-                .filter(|(_, l)| !l.trim().is_empty())
-            {
-                v.push(serde_json::from_str::<Row>(l).map_err(|e| {
-                    CliError::new(format!("{} line {}: {e}", rows.display(), i + 1))
-                })?);
-            }
-            print!("{}", table(&v));
-        }
+        What::Masse(m) => print_line(&masse_obs(m)?)?,
+        What::Rocksdb(r) => print_line(&rocksdb_obs(r)?)?,
+        What::Table { rows } => print!("{}", compare_report::render(&read_rows(rows)?)),
     }
     Ok(0)
 }
@@ -560,55 +508,50 @@ mod tests {
         assert!((over - want).abs() < 1e-9, "{over} vs {want}");
         assert_eq!(o.tickers.get("rocksdb.number.keys.written"), Some(&198998));
         assert_eq!(rocksdb_capacity_bytes(&o), 16402095);
-    }
-
-    #[test]
-    fn table_shows_ratios_and_write_amplification_since_the_fill() {
-        let side = |ops: f64, cap: u64, fill_cap: u64| Side {
-            ops_per_sec: ops,
-            capacity_bytes_written: cap,
-            user_bytes_written: 100,
-            capacity_bytes_per_user_byte: Some(cap as f64 / 100.0),
-            fill_capacity_bytes_written: fill_cap,
-            fill_user_bytes_written: 100,
-            found: Some((50, 100)),
-            ..Side::default()
-        };
-        let row = |threads| Row {
-            label: "Table 4".into(),
-            threads,
-            num: 1000,
-            key_size: 23,
-            value_size: 100,
-            readwritepercent: 50,
-            fio_iops: Some(1000.0),
-            fio_p999_us: Some(2500.0),
-            masse: side(3000.0, 150, 150),
-            rocksdb: side(1000.0, 700, 300),
-        };
-        let t = table(&[row(2), row(16)]);
-        assert!(t.contains("| ops/s | 3000 | 1000 | 3.00× |"), "{t}");
-        // Bound 1000 / 50 % = 2000 ops/s; with half the gets finding their key, 4000.
-        assert!(t.contains("= 2000) | 1.50 | 0.50 |"), "{t}");
-        assert!(t.contains("found: 4000) | 0.75 | 0.25 |"), "{t}");
-        assert!(t.contains("| 2.50 ms | 2.50 ms |"), "{t}");
-        // Since the fill: masse (150 + 150) / 200, RocksDB (300 + 700) / 200; then one more run.
-        assert!(
-            t.contains("(fill and runs so far) | 1.50 | 5.00 | 0.30× |"),
-            "{t}"
-        );
-        assert!(
-            t.contains("(fill and runs so far) | 1.50 | 5.67 | 0.26× |"),
-            "{t}"
-        );
-    }
-
-    #[test]
-    fn parses_gnu_time_and_report_csv() {
+        // The 7.8.3 build says it has assertions on; the label must say so too.
+        assert!(o.assertions);
         assert_eq!(
-            parse_time("61.02 50.10 9.90 123456\n"),
-            Some((61.02, 60.0, 123456 * 1024))
+            rocksdb_binary(&o, Some("7.8.3".into())),
+            "RocksDB 7.8.3, assertions enabled"
         );
+        let release = parse_output("RocksDB:    version 11.8.1\nDB path: [/x]\n");
+        assert!(!release.assertions);
+        assert_eq!(rocksdb_binary(&release, None), "RocksDB 11.8.1");
+    }
+
+    /// The same workload on the release build of 11.8.1 (bench/compare-rocksdb smoke
+    /// run, `tuned` variant, 2 threads, 3 s): the format the new comparison parses.
+    const RECORDED_11_8: &str =
+        include_str!("../../tests/data/db_bench-11.8.1-readrandomwriterandom.out");
+
+    #[test]
+    fn parses_a_recorded_db_bench_11_8_release_run() {
+        let o = parse_output(RECORDED_11_8);
+        let s = o.summaries.last().expect("a summary line");
+        assert_eq!(s.name, "readrandomwriterandom");
+        assert_eq!((s.ops_per_sec, s.operations), (33844, 102998));
+        assert_eq!(s.found(), Some((21482, 26000)));
+        for (op, count) in [("read", 51500), ("write", 51498)] {
+            let h = o.histograms.iter().find(|h| h.op == op).expect(op);
+            assert_eq!(h.lat.count, count);
+            assert_eq!(h.buckets.iter().map(|b| b.2).sum::<u64>(), count, "{op}");
+        }
+        let r = o.histograms.iter().find(|h| h.op == "read").expect("read");
+        assert!((r.lat.p999 - 7491.0).abs() < 1e-9 && (r.lat.max - 32171.0).abs() < 1e-9);
+        assert_eq!(o.tickers.get("rocksdb.number.keys.written"), Some(&51498));
+        // A release build: no assertion warning in the header.
+        assert!(!o.assertions);
+        assert_eq!(rocksdb_binary(&o, Some("11.8.1".into())), "RocksDB 11.8.1");
+    }
+
+    #[test]
+    fn parses_gnu_time_with_and_without_io_counts() {
+        let u = parse_time("61.02 50.10 9.90 123456 2048 4096\n").expect("six fields");
+        assert_eq!(u.max_rss_bytes, 123456 * 1024);
+        assert!((u.cpu - 60.0).abs() < 1e-9);
+        assert_eq!((u.written, u.read), (2048 * 512, 4096 * 512));
+        let old = parse_time("61.02 50.10 9.90 123456\n").expect("four fields");
+        assert_eq!((old.written, old.read), (0, 0));
         assert_eq!(parse_time("Command exited with non-zero status 1\n"), None);
         assert_eq!(
             parse_report_csv("secs_elapsed,interval_qps\n1,100\n2,120\n"),

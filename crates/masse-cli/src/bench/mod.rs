@@ -3,6 +3,7 @@
 //! consistency, ACT shares), the engine's own figures, a JSON report and SVG plots.
 
 pub mod compare;
+mod compare_report;
 mod plot;
 mod report;
 mod workload;
@@ -53,6 +54,9 @@ Benchmarks (db_bench's names and semantics; every thread does --num operations u
   readrandomwriterandom   each thread does --num operations: in every 100, --readwritepercent gets then puts
   readwhilewriting        --threads readers as readrandom, plus one writer putting random keys until they finish
   deleterandom            each thread deletes --num random keys
+  multireadrandom         each thread reads --reads random keys in batches of --batch_size, one
+                          Db::get_many per batch (its device reads go out together); the
+                          read latency is per batch, as db_bench's
 Keys are drawn and formatted as db_bench 7.8 does (its 64-bit Mersenne Twister seeded
 with --seed + the thread's number; the key number in big-endian binary, padded with
 '0' to --key_size), so with the same --seed the same keys are read and written and
@@ -73,14 +77,15 @@ series; --report_dir writes report.json and SVG plots (latency CDF, ops/s over t
 latency vs throughput).
 
 RocksDB tuning flags (--bloom_bits, --cache_size, --compression_type, --wal_dir, --sync,
---use_direct_reads, ...) are accepted and ignored, so one command line serves both tools.";
+--use_direct_reads, --multiread_batched, --async_io, ...) are accepted and ignored, so one
+command line serves both tools.";
 
 /// Arguments of `masse bench`.
 #[derive(Args, Debug)]
 #[command(after_help = AFTER)]
 pub struct BenchArgs {
     /// Comma-separated benchmarks to run in order: fillseq, fillrandom, overwrite,
-    /// readrandom, readrandomwriterandom, readwhilewriting, deleterandom.
+    /// readrandom, readrandomwriterandom, readwhilewriting, deleterandom, multireadrandom.
     #[arg(long, value_name = "LIST", default_value = "fillrandom,readrandom")]
     pub benchmarks: String,
 
@@ -122,6 +127,10 @@ pub struct BenchArgs {
     /// Writes per thread (negative = --num).
     #[arg(long, value_name = "N", default_value = "-1", value_parser = int_arg, allow_hyphen_values = true)]
     pub writes: i64,
+
+    /// Keys per batch of multireadrandom (one `Db::get_many` call each).
+    #[arg(long = "batch_size", alias = "batch-size", value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub batch_size: u64,
 
     /// Percentage of reads in readrandomwriterandom.
     #[arg(long, value_name = "PCT", default_value_t = 90, value_parser = clap::value_parser!(u32).range(0..=100))]
@@ -200,6 +209,10 @@ pub struct BenchArgs {
     pub max_background_jobs: Option<String>,
     #[arg(long = "report_file", hide = true)]
     pub report_file: Option<String>,
+    #[arg(long = "multiread_batched", hide = true, num_args = 0..=1, default_missing_value = "true")]
+    pub multiread_batched: Option<String>,
+    #[arg(long = "async_io", hide = true, num_args = 0..=1, default_missing_value = "true")]
+    pub async_io: Option<String>,
 }
 
 /// A db_bench-style flag string of the workload, for the report.
@@ -214,6 +227,7 @@ struct Config {
     reads: i64,
     writes: i64,
     readwritepercent: u32,
+    batch_size: u64,
     seed: u64,
     use_existing_db: bool,
     db: String,
@@ -433,8 +447,8 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
     out(format!("command   {command}"));
     out(format!("machine   {}", machine.to_line()));
     out(format!(
-        "workload  --benchmarks={} --num={} --key_size={} --value_size={} --threads={} --duration={} --reads={} --writes={} --readwritepercent={} --seed={}",
-        a.benchmarks, a.num, a.key_size, a.value_size, a.threads, a.duration, a.reads, a.writes, a.readwritepercent, seed
+        "workload  --benchmarks={} --num={} --key_size={} --value_size={} --threads={} --duration={} --reads={} --writes={} --readwritepercent={} --batch_size={} --seed={}",
+        a.benchmarks, a.num, a.key_size, a.value_size, a.threads, a.duration, a.reads, a.writes, a.readwritepercent, a.batch_size, seed
     ));
     let opts = || Options {
         expected_keys: usize::try_from(a.num).unwrap_or(usize::MAX),
@@ -512,6 +526,7 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
                 per(a.reads).max(per(a.writes))
             },
             readwritepercent: a.readwritepercent,
+            batch: a.batch_size,
             interval: a.report_interval_seconds,
         };
         let n = a.threads + usize::from(b == Bench::Readwhilewriting);
@@ -569,6 +584,7 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
             reads: a.reads,
             writes: a.writes,
             readwritepercent: a.readwritepercent,
+            batch_size: a.batch_size,
             seed,
             use_existing_db: a.use_existing_db,
             db: a.db.clone(),

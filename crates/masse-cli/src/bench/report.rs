@@ -23,6 +23,9 @@ pub struct EngineDelta {
     pub fast_bytes_written: u64,
     /// Bytes read from the capacity devices (gets, GC).
     pub capacity_bytes_read: u64,
+    /// Gets that cost a device read (records not in a DRAM segment buffer); a record
+    /// spanning two pages is one read of both.
+    pub device_reads: u64,
     /// capacity_bytes_written ÷ user_bytes_written.
     pub capacity_bytes_per_user_byte: Option<f64>,
     pub gc_bands_freed: u64,
@@ -51,6 +54,7 @@ impl EngineDelta {
             capacity_bytes_written: cap_w,
             fast_bytes_written: d(&|s| dev_sum(s, "fast", |io| io.bytes_written)),
             capacity_bytes_read: d(&|s| dev_sum(s, "capacity", |io| io.bytes_read)),
+            device_reads: d(&|s| s.reads_from_device),
             capacity_bytes_per_user_byte: (user_bytes_written > 0)
                 .then(|| cap_w as f64 / user_bytes_written as f64),
             gc_bands_freed: d(&|s| s.gc_bands_freed),
@@ -300,13 +304,14 @@ impl BenchReport {
         let e = &self.engine;
         let _ = writeln!(
             s,
-            "  engine: capacity written {} ({} per user byte), fast written {}, capacity read {}, GC {} bands / {} moved, {} stalls; index {} entries, {} ({:.2} B/key)",
+            "  engine: capacity written {} ({} per user byte), fast written {}, capacity read {} in {} device reads, GC {} bands / {} moved, {} stalls; index {} entries, {} ({:.2} B/key)",
             fmt_bytes(e.capacity_bytes_written),
             e.capacity_bytes_per_user_byte
                 .map(|x| format!("{x:.3}"))
                 .unwrap_or_else(|| "-".into()),
             fmt_bytes(e.fast_bytes_written),
             fmt_bytes(e.capacity_bytes_read),
+            e.device_reads,
             e.gc_bands_freed,
             fmt_bytes(e.gc_bytes_moved),
             e.write_stalls,

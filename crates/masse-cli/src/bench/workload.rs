@@ -21,9 +21,10 @@ pub enum Bench {
     Readrandomwriterandom,
     Readwhilewriting,
     Deleterandom,
+    Multireadrandom,
 }
 
-pub const ALL: [Bench; 7] = [
+pub const ALL: [Bench; 8] = [
     Bench::Fillseq,
     Bench::Fillrandom,
     Bench::Overwrite,
@@ -31,6 +32,7 @@ pub const ALL: [Bench; 7] = [
     Bench::Readrandomwriterandom,
     Bench::Readwhilewriting,
     Bench::Deleterandom,
+    Bench::Multireadrandom,
 ];
 
 impl Bench {
@@ -43,6 +45,7 @@ impl Bench {
             Bench::Readrandomwriterandom => "readrandomwriterandom",
             Bench::Readwhilewriting => "readwhilewriting",
             Bench::Deleterandom => "deleterandom",
+            Bench::Multireadrandom => "multireadrandom",
         }
     }
 
@@ -83,6 +86,8 @@ pub struct Spec {
     pub writes: u64,
     /// Operations per thread of readrandomwriterandom.
     pub readwrites: u64,
+    /// Keys per `Db::get_many` call of multireadrandom (db_bench's --batch_size).
+    pub batch: u64,
     pub readwritepercent: u32,
     /// Seconds per interval of the time series.
     pub interval: f64,
@@ -129,6 +134,25 @@ struct Tally {
     counted: bool,
 }
 
+impl Tally {
+    fn new(counted: bool) -> CliResult<Tally> {
+        Ok(Tally {
+            hist: [new_hist(3)?, new_hist(3)?, new_hist(3)?],
+            series: [Vec::new(), Vec::new(), Vec::new()],
+            ops: 0,
+            bytes: 0,
+            reads: 0,
+            found: 0,
+            writes: 0,
+            deletes: 0,
+            written: 0,
+            busy: 0.0,
+            message: String::new(),
+            counted,
+        })
+    }
+}
+
 /// Latency of the current interval of one thread, merged into the shared per-interval
 /// histograms when the thread moves on (so memory grows with intervals, not threads).
 struct IntervalRec<'a> {
@@ -138,7 +162,16 @@ struct IntervalRec<'a> {
     shared: &'a Mutex<Vec<[Histogram<u64>; 3]>>,
 }
 
-impl IntervalRec<'_> {
+impl<'a> IntervalRec<'a> {
+    fn new(shared: &'a Mutex<Vec<[Histogram<u64>; 3]>>) -> CliResult<IntervalRec<'a>> {
+        Ok(IntervalRec {
+            idx: 0,
+            h: [new_hist(2)?, new_hist(2)?, new_hist(2)?],
+            dirty: false,
+            shared,
+        })
+    }
+
     fn flush(&mut self) -> CliResult<()> {
         if !self.dirty {
             return Ok(());
@@ -173,6 +206,9 @@ impl Ctx<'_> {
         (t.duration_since(self.start).as_secs_f64() / self.spec.interval) as usize
     }
 
+    /// One latency sample of `kind` from `t0` to `t1`, covering `n` operations of the
+    /// per-interval series (a multireadrandom batch is one sample of `batch` reads, as
+    /// db_bench records it).
     #[allow(clippy::too_many_arguments)]
     fn record(
         &self,
@@ -181,6 +217,7 @@ impl Ctx<'_> {
         kind: usize,
         t0: Instant,
         t1: Instant,
+        n: u64,
     ) -> CliResult<()> {
         let ns = (t1.duration_since(t0).as_nanos() as u64).max(1);
         tl.hist[kind].saturating_record(ns);
@@ -195,7 +232,7 @@ impl Ctx<'_> {
         if s.len() <= i {
             s.resize(i + 1, 0);
         }
-        s[i] += 1;
+        s[i] += n;
         Ok(())
     }
 
@@ -212,26 +249,8 @@ impl Ctx<'_> {
     /// One thread of the benchmark. `role_writer`: readwhilewriting's background writer.
     fn thread(&self, seed: u64, role_writer: bool) -> CliResult<Tally> {
         let sp = self.spec;
-        let mut tl = Tally {
-            hist: [new_hist(3)?, new_hist(3)?, new_hist(3)?],
-            series: [Vec::new(), Vec::new(), Vec::new()],
-            ops: 0,
-            bytes: 0,
-            reads: 0,
-            found: 0,
-            writes: 0,
-            deletes: 0,
-            written: 0,
-            busy: 0.0,
-            message: String::new(),
-            counted: !role_writer,
-        };
-        let mut iv = IntervalRec {
-            idx: 0,
-            h: [new_hist(2)?, new_hist(2)?, new_hist(2)?],
-            dirty: false,
-            shared: &self.intervals,
-        };
+        let mut tl = Tally::new(!role_writer)?;
+        let mut iv = IntervalRec::new(&self.intervals)?;
         let mut rng = Mt64::new(seed);
         let mut key = vec![0u8; sp.key_size];
         // Values are windows of a shared random buffer, as db_bench's RandomGenerator.
@@ -258,7 +277,9 @@ impl Ctx<'_> {
                 }
             } else {
                 let limit = match b {
-                    Bench::Readrandom | Bench::Readwhilewriting => sp.reads,
+                    Bench::Readrandom | Bench::Readwhilewriting | Bench::Multireadrandom => {
+                        sp.reads
+                    }
                     Bench::Readrandomwriterandom => sp.readwrites,
                     Bench::Deleterandom => sp.num,
                     _ => sp.writes,
@@ -278,7 +299,7 @@ impl Ctx<'_> {
             } else {
                 match b {
                     Bench::Fillseq | Bench::Fillrandom | Bench::Overwrite => WRITE,
-                    Bench::Readrandom | Bench::Readwhilewriting => READ,
+                    Bench::Readrandom | Bench::Readwhilewriting | Bench::Multireadrandom => READ,
                     Bench::Deleterandom => DELETE,
                     Bench::Readrandomwriterandom => {
                         if batch_reads == 0 && batch_writes == 0 {
@@ -331,7 +352,7 @@ impl Ctx<'_> {
                     tl.deletes += 1;
                 }
             }
-            self.record(&mut tl, &mut iv, kind, t0, now)?;
+            self.record(&mut tl, &mut iv, kind, t0, now, 1)?;
             i += 1;
             if tl.counted {
                 tl.ops += 1;
@@ -346,7 +367,7 @@ impl Ctx<'_> {
         self.done.fetch_add(pending, Relaxed);
         tl.busy = t_start.elapsed().as_secs_f64();
         tl.message = match sp.bench {
-            Bench::Readrandom | Bench::Readwhilewriting => {
+            Bench::Readrandom | Bench::Readwhilewriting | Bench::Multireadrandom => {
                 format!("({} of {} found)", tl.found, tl.reads)
             }
             Bench::Readrandomwriterandom => format!(
@@ -357,6 +378,53 @@ impl Ctx<'_> {
         };
         Ok(tl)
     }
+    /// One thread of multireadrandom, as db_bench's `MultiReadRandom`: per batch one
+    /// draw to pick a database, then one draw per key (key = draw % num); the batch goes
+    /// to `Db::get_many` as one call, and its latency is one sample, as db_bench records
+    /// it. Without --duration a thread runs the batches that fit in --reads keys.
+    fn multiread_thread(&self, seed: u64) -> CliResult<Tally> {
+        let sp = self.spec;
+        let b = sp.batch.max(1);
+        let mut tl = Tally::new(true)?;
+        let mut iv = IntervalRec::new(&self.intervals)?;
+        let mut rng = Mt64::new(seed);
+        let mut keys = vec![vec![0u8; sp.key_size]; b as usize];
+        let mut pending = 0u64;
+        let t_start = Instant::now();
+        let mut now = t_start;
+        while !self.over(now, tl.ops + b - 1, sp.reads) {
+            let _db = rng.next_u64();
+            for k in keys.iter_mut() {
+                fmt_key(k, rng.next_u64() % sp.num.max(1));
+            }
+            let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            let t0 = Instant::now();
+            let got = self
+                .db
+                .get_many(&refs)
+                .map_err(|e| CliError::new(format!("multireadrandom: get_many failed: {e}")))?;
+            now = Instant::now();
+            for (k, v) in keys.iter().zip(&got) {
+                if let Some(v) = v {
+                    tl.found += 1;
+                    tl.bytes += (k.len() + v.len()) as u64;
+                }
+            }
+            tl.reads += b;
+            tl.ops += b;
+            self.record(&mut tl, &mut iv, READ, t0, now, b)?;
+            pending += b;
+            if pending >= 64 {
+                self.done.fetch_add(pending, Relaxed);
+                pending = 0;
+            }
+        }
+        iv.flush()?;
+        self.done.fetch_add(pending, Relaxed);
+        tl.busy = t_start.elapsed().as_secs_f64();
+        tl.message = format!("({} of {} found)", tl.found, tl.reads);
+        Ok(tl)
+    }
 }
 
 /// Run one benchmark on `db` with one generator seed per thread (readwhilewriting: one
@@ -364,7 +432,7 @@ impl Ctx<'_> {
 pub fn run(db: &Db, sp: &Spec, seeds: &[u64], values: &[u8]) -> CliResult<Outcome> {
     let rww = sp.bench == Bench::Readwhilewriting;
     let per_thread = match sp.bench {
-        Bench::Readrandom | Bench::Readwhilewriting => sp.reads,
+        Bench::Readrandom | Bench::Readwhilewriting | Bench::Multireadrandom => sp.reads,
         Bench::Readrandomwriterandom => sp.readwrites,
         Bench::Deleterandom => sp.num,
         _ => sp.writes,
@@ -395,7 +463,11 @@ pub fn run(db: &Db, sp: &Spec, seeds: &[u64], values: &[u8]) -> CliResult<Outcom
             .map(|(t, &seed)| {
                 let writer = rww && t == 0;
                 s.spawn(move || {
-                    let r = ctx.thread(seed, writer);
+                    let r = if sp.bench == Bench::Multireadrandom {
+                        ctx.multiread_thread(seed)
+                    } else {
+                        ctx.thread(seed, writer)
+                    };
                     if r.is_err() {
                         ctx.abort.store(true, Relaxed);
                     }
