@@ -14,6 +14,8 @@ use std::sync::Arc;
 pub(crate) struct Pool {
     pub pool_id: u128,
     pub geo: Geometry,
+    /// How keys are digested (format version 2: keyed with a per-pool secret).
+    pub key_digest: crate::index::KeyDigest,
     pub fast: Option<Arc<dyn Device>>,
     pub caps: Vec<Arc<dyn Device>>,
 }
@@ -327,6 +329,7 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
     let pool = Pool {
         pool_id,
         geo,
+        key_digest: crate::index::KeyDigest::Keyed(random_id().to_le_bytes()),
         fast,
         caps,
     };
@@ -407,6 +410,7 @@ fn format(pool: &Pool, cap_media: Media) -> Result<()> {
             media: media.code(),
             created_unix: created,
             geometry: g.clone(),
+            key_digest: pool.key_digest,
         };
         let b = sb.encode();
         write_block(dev, 0, &b, "writing the superblock")?;
@@ -474,13 +478,15 @@ pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
                 pool_id
             )));
         }
-        if sb.geometry != geo {
+        if sb.geometry != geo || sb.key_digest != first.key_digest {
             return Err(Error::Mismatch(format!(
                 "{} disagrees about the pool geometry",
                 d.info().path
             )));
         }
+        check_fits(d, sb)?;
     }
+    let key_digest = first.key_digest;
     if geo.has_fast && !want_fast {
         return Err(Error::MissingDevice(
             "this pool has a fast-tier device; give it with --fast".into(),
@@ -521,26 +527,59 @@ pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
     Ok(Pool {
         pool_id,
         geo,
+        key_digest,
         fast,
         caps,
     })
 }
 
+/// The regions the superblock places on device `d` must lie on it.
+fn check_fits(d: &Arc<dyn Device>, sb: &Superblock) -> Result<()> {
+    let g = &sb.geometry;
+    let need = match sb.role {
+        Role::Fast => g
+            .ckpt_offset
+            .checked_add(g.ckpt_slot_size.saturating_mul(2)),
+        Role::Capacity => g.capacity_used(sb.device_index as usize),
+    };
+    match need {
+        Some(n) if n <= d.info().capacity => Ok(()),
+        _ => Err(Error::NotMasse {
+            path: d.info().path.clone(),
+            why: "malformed superblock: its geometry does not fit the device".into(),
+        }),
+    }
+}
+
+/// The newest valid epoch block.
+pub(crate) struct EpochRead {
+    pub block: EpochBlock,
+    /// False when the other copy is damaged (not merely blank): it may have held
+    /// a newer epoch.
+    pub both_copies: bool,
+}
+
 /// Read the newest valid epoch block.
-pub(crate) fn read_epoch(pool: &Pool) -> Result<EpochBlock> {
+pub(crate) fn read_epoch(pool: &Pool) -> Result<EpochRead> {
     let b = read_block(
         pool.meta(),
         EPOCH_OFFSET,
         EPOCH_AREA as usize,
         "reading the epoch",
     )?;
-    let a = EpochBlock::decode(&b[..4096]).filter(|e| e.pool_tag == pool.pool_tag());
-    let c = EpochBlock::decode(&b[4096..]).filter(|e| e.pool_tag == pool.pool_tag());
-    match (a, c) {
-        (Some(x), Some(y)) => Ok(if x.epoch >= y.epoch { x } else { y }),
-        (Some(x), None) | (None, Some(x)) => Ok(x),
-        (None, None) => Err(Error::Corruption("both epoch blocks are damaged".into())),
-    }
+    let halves = [&b[..4096], &b[4096..]];
+    let [a, c] = halves.map(|h| EpochBlock::decode(h).filter(|e| e.pool_tag == pool.pool_tag()));
+    let blank = |h: &[u8]| h.iter().all(|&x| x == 0);
+    let (block, other_ok) = match (a, c) {
+        (Some(x), Some(y)) => (if x.epoch >= y.epoch { x } else { y }, true),
+        (Some(x), None) => (x, blank(halves[1])),
+        (None, Some(x)) => (x, blank(halves[0])),
+        (None, None) => return Err(Error::Corruption("both epoch blocks are damaged".into())),
+    };
+    Ok(EpochRead {
+        block,
+        both_copies: other_ok,
+    })
 }
 
 /// Durably record `e`, in the copy the previous epoch did not use.
