@@ -27,6 +27,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The storage behind a device. Two devices with equal identities are the same
 /// storage, whatever paths they were opened from.
@@ -188,6 +189,11 @@ fn retry_eintr(mut f: impl FnMut() -> libc::c_int) -> io::Result<()> {
     }
 }
 
+/// How long a claim waits for a lock whose holder has exited. A process
+/// killed with I/O in flight (io_uring) keeps its open files, and so its lock
+/// or `O_EXCL` claim, until that I/O completes, shortly after it is gone.
+const EXITED_HOLDER_GRACE: Duration = Duration::from_secs(3);
+
 /// Claim the file or block device open as `file` (opened from `path`, with
 /// identity `id`).
 pub(crate) fn claim_file(
@@ -203,60 +209,91 @@ pub(crate) fn claim_file(
     }
     // SAFETY: `dup` is a fresh descriptor owned by nobody else.
     let locked = unsafe { OwnedFd::from_raw_fd(dup) };
-    // SAFETY: plain syscall on a descriptor we own.
-    match retry_eintr(|| unsafe { libc::flock(dup, libc::LOCK_EX | libc::LOCK_NB) }) {
-        Ok(()) => {}
-        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {
-            let holder = file
-                .metadata()
-                .ok()
-                .and_then(|m| flock_holder(m.dev(), m.ino()));
-            return Err(ClaimError::Busy { holder });
-        }
-        Err(e) => {
-            return Err(ClaimError::Io(io::Error::new(
-                e.kind(),
-                format!("cannot lock {} (flock): {e}", path.display()),
-            )))
+    let deadline = Instant::now() + EXITED_HOLDER_GRACE;
+    loop {
+        // SAFETY: plain syscall on a descriptor we own.
+        match retry_eintr(|| unsafe { libc::flock(dup, libc::LOCK_EX | libc::LOCK_NB) }) {
+            Ok(()) => break,
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {
+                let holder = file
+                    .metadata()
+                    .ok()
+                    .and_then(|m| flock_holder(m.dev(), m.ino()));
+                match holder {
+                    Some(Holder::Live(h)) => return Err(ClaimError::Busy { holder: Some(h) }),
+                    _ if Instant::now() < deadline => std::thread::sleep(RETRY_EVERY),
+                    Some(Holder::Exited(pid)) => {
+                        return Err(ClaimError::Busy {
+                            holder: Some(format!(
+                                "pid {pid}, which has exited but whose last I/O has not completed"
+                            )),
+                        })
+                    }
+                    None => return Err(ClaimError::Busy { holder: None }),
+                }
+            }
+            Err(e) => {
+                return Err(ClaimError::Io(io::Error::new(
+                    e.kind(),
+                    format!("cannot lock {} (flock): {e}", path.display()),
+                )))
+            }
         }
     }
     let _exclusive = match id {
-        DeviceId::Block { rdev } => Some(open_exclusive(path, rdev)?),
+        DeviceId::Block { rdev } => Some(open_exclusive(path, rdev, deadline)?),
         _ => None,
     };
     Ok(DeviceClaim::new(FileGuard { locked, _exclusive }))
 }
 
+/// Pause between attempts while an exited holder's claim drains.
+const RETRY_EVERY: Duration = Duration::from_millis(5);
+
 /// The kernel's exclusive claim on a block device: an `O_EXCL` open, refused
 /// with `EBUSY` while it is mounted, held by device-mapper/RAID or by another
-/// `O_EXCL` opener.
-fn open_exclusive(path: &Path, rdev: u64) -> Result<File, ClaimError> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_EXCL | libc::O_CLOEXEC)
-        .open(path);
-    match f {
-        Ok(f) => match f.metadata() {
-            Ok(m) if m.rdev() == rdev => Ok(f),
-            Ok(_) => Err(ClaimError::Io(io::Error::other(format!(
-                "{} names another device than the one opened a moment ago",
-                path.display()
-            )))),
-            Err(e) => Err(ClaimError::Io(e)),
-        },
-        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Err(ClaimError::Busy {
-            holder: Some(block_holder(rdev)),
-        }),
-        Err(e) => Err(ClaimError::Io(io::Error::new(
-            e.kind(),
-            format!("cannot open {} exclusively (O_EXCL): {e}", path.display()),
-        ))),
+/// `O_EXCL` opener (retried until `deadline` when no such holder is found: it
+/// may be a process that has just exited).
+fn open_exclusive(path: &Path, rdev: u64, deadline: Instant) -> Result<File, ClaimError> {
+    loop {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_EXCL | libc::O_CLOEXEC)
+            .open(path);
+        let e = match f {
+            Ok(f) => {
+                return match f.metadata() {
+                    Ok(m) if m.rdev() == rdev => Ok(f),
+                    Ok(_) => Err(ClaimError::Io(io::Error::other(format!(
+                        "{} names another device than the one opened a moment ago",
+                        path.display()
+                    )))),
+                    Err(e) => Err(ClaimError::Io(e)),
+                }
+            }
+            Err(e) => e,
+        };
+        if e.raw_os_error() != Some(libc::EBUSY) {
+            return Err(ClaimError::Io(io::Error::new(
+                e.kind(),
+                format!("cannot open {} exclusively (O_EXCL): {e}", path.display()),
+            )));
+        }
+        match block_holder(rdev) {
+            Some(h) => return Err(ClaimError::Busy { holder: Some(h) }),
+            None if Instant::now() < deadline => std::thread::sleep(RETRY_EVERY),
+            None => {
+                return Err(ClaimError::Busy {
+                    holder: Some("another program that opened it exclusively (O_EXCL)".into()),
+                })
+            }
+        }
     }
 }
 
-/// Who holds a block device exclusively: a mount, a device-mapper/RAID holder,
-/// or (unknown) another `O_EXCL` opener.
-fn block_holder(rdev: u64) -> String {
+/// Who holds a block device exclusively, when it can be seen: a mount or a
+/// device-mapper/RAID holder. (Another `O_EXCL` opener cannot be seen.)
+fn block_holder(rdev: u64) -> Option<String> {
     let (ma, mi) = major_minor(rdev);
     let want = format!("{ma}:{mi}");
     if let Ok(s) = std::fs::read_to_string("/proc/self/mountinfo") {
@@ -264,7 +301,7 @@ fn block_holder(rdev: u64) -> String {
         for l in s.lines() {
             let f: Vec<&str> = l.split_whitespace().collect();
             if f.len() > 4 && f[2] == want {
-                return format!("a filesystem mounted at {}", f[4]);
+                return Some(format!("a filesystem mounted at {}", f[4]));
             }
         }
     }
@@ -275,19 +312,24 @@ fn block_holder(rdev: u64) -> String {
                 .collect()
         })
         .unwrap_or_default();
-    if !holders.is_empty() {
-        return format!("the stacked device(s) {}", holders.join(", "));
-    }
-    "another program that opened it exclusively (O_EXCL)".to_string()
+    (!holders.is_empty()).then(|| format!("the stacked device(s) {}", holders.join(", ")))
 }
 
-/// The process holding a `flock` on the file `(dev, ino)`, as
-/// "pid N (command line)", from `/proc/locks`. Its device field is the
-/// filesystem's internal device number, which some filesystems (btrfs
-/// subvolumes, overlayfs) report differently from `stat`; an entry matching
-/// only the inode is then confirmed by finding the file among the candidate
-/// process's open descriptors.
-pub(crate) fn flock_holder(dev: u64, ino: u64) -> Option<String> {
+/// Who holds a `flock`.
+enum Holder {
+    /// A running process, described as "pid N (command line)".
+    Live(String),
+    /// A process that has exited: its lock goes once its last I/O completes.
+    Exited(u32),
+}
+
+/// The process holding a `flock` on the file `(dev, ino)`, from
+/// `/proc/locks`. Its device field is the filesystem's internal device
+/// number, which some filesystems (btrfs subvolumes, overlayfs) report
+/// differently from `stat`; an entry matching only the inode is then
+/// confirmed by finding the file among the candidate process's open
+/// descriptors.
+fn flock_holder(dev: u64, ino: u64) -> Option<Holder> {
     let locks = std::fs::read_to_string("/proc/locks").ok()?;
     let (ma, mi) = major_minor(dev);
     let mut candidates = Vec::new();
@@ -305,14 +347,30 @@ pub(crate) fn flock_holder(dev: u64, ino: u64) -> Option<String> {
             continue;
         }
         if (lmaj, lmin) == (ma, mi) {
-            return Some(describe_pid(pid));
+            return Some(if running(pid) {
+                Holder::Live(describe_pid(pid))
+            } else {
+                Holder::Exited(pid)
+            });
         }
         candidates.push(pid);
     }
     candidates
         .into_iter()
         .find(|&pid| has_open(pid, dev, ino))
-        .map(describe_pid)
+        .map(|pid| Holder::Live(describe_pid(pid)))
+}
+
+/// Is `pid` a running process (not gone, not a zombie)?
+fn running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) S ...": the state follows the last ')' (comm may hold one).
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.trim_start().chars().next());
+    !matches!(state, Some('Z') | Some('X') | None)
 }
 
 /// `maj:min:ino` of `/proc/locks` (major and minor in hex, inode in decimal).
@@ -448,6 +506,17 @@ mod tests {
         }
         drop(first);
         let _third = claim_file(&b, &path, id).expect("claim after release");
+    }
+
+    #[test]
+    fn this_process_runs_and_a_reaped_child_does_not() {
+        assert!(running(std::process::id()));
+        let mut c = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = c.id();
+        c.wait().expect("wait");
+        assert!(!running(pid));
     }
 
     #[test]
