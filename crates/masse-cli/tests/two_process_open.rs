@@ -169,7 +169,11 @@ fn a_second_process_is_refused_and_nothing_acknowledged_is_lost() {
     for j in 0..30 {
         let k = format!("put{j:03}");
         let v = format!("value of {k}");
-        puts.push((k.clone(), v.clone(), masse(&with_pool(&["put", &k, &v], &pool))));
+        puts.push((
+            k.clone(),
+            v.clone(),
+            masse(&with_pool(&["put", &k, &v], &pool)),
+        ));
     }
     let others: Vec<(&str, Output)> = ["get", "stats", "check"]
         .iter()
