@@ -264,3 +264,45 @@ fn a_second_process_is_refused_and_nothing_acknowledged_is_lost() {
         );
     }
 }
+
+/// A fast tier on tmpfs: `create` warns that it does not survive a reboot (the
+/// pool is still made), and once the file is gone (as after a reboot) opening
+/// the pool says why.
+#[test]
+fn a_tmpfs_fast_tier_is_called_volatile() {
+    let fdir = fast_dir();
+    if !masse::device::on_volatile_fs(fdir.path()) {
+        eprintln!("no tmpfs at /dev/shm here; skipped");
+        return;
+    }
+    let cdir = tempfile::tempdir_in("/var/tmp").expect("temporary directory");
+    let pool = PoolFiles {
+        fast: fdir.path().join("fast"),
+        cap: cdir.path().join("cap"),
+    };
+    let o = masse(&with_pool(
+        &[
+            "create",
+            "--fast-size",
+            "64M",
+            "--capacity-size",
+            "128M",
+            "--no-probe",
+        ],
+        &pool,
+    ));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "create: {o:?}");
+    assert!(
+        out.contains("warning: the fast tier") && out.contains("reboot"),
+        "create must say the tmpfs fast tier is volatile: {out}"
+    );
+    std::fs::remove_file(&pool.fast).expect("remove the fast file");
+    let o = masse(&with_pool(&["stats"], &pool));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no such file") && err.contains("reboot"),
+        "a missing tmpfs fast tier must be explained: {err}"
+    );
+}
