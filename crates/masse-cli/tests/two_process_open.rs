@@ -68,6 +68,23 @@ fn fast_dir() -> tempfile::TempDir {
         .expect("temporary directory")
 }
 
+/// A new tiered pool: the fast file on /dev/shm, the capacity file on /var/tmp.
+/// Returns the directories (removed on drop), the files, and `create`'s output.
+fn new_pool(cap_size: &str) -> (tempfile::TempDir, tempfile::TempDir, PoolFiles, Output) {
+    let fdir = fast_dir();
+    let cdir = tempfile::tempdir_in("/var/tmp").expect("temporary directory");
+    let pool = PoolFiles {
+        fast: fdir.path().join("fast"),
+        cap: cdir.path().join("cap"),
+    };
+    let create = ["create", "--fast-size", "64M", "--capacity-size", cap_size];
+    let mut args = with_pool(&create, &pool);
+    args.push("--no-probe".into());
+    let o = masse(&args);
+    assert!(o.status.success(), "create: {o:?}");
+    (fdir, cdir, pool, o)
+}
+
 /// What the writer acknowledged: keys put, keys deleted, keys whose delete may
 /// have been in flight at the kill.
 struct Acked {
@@ -107,24 +124,7 @@ fn fold_acks(lines: &[String]) -> Acked {
 
 #[test]
 fn a_second_process_is_refused_and_nothing_acknowledged_is_lost() {
-    let fdir = fast_dir();
-    let cdir = tempfile::tempdir_in("/var/tmp").expect("temporary directory");
-    let pool = PoolFiles {
-        fast: fdir.path().join("fast"),
-        cap: cdir.path().join("cap"),
-    };
-    let o = masse(&with_pool(
-        &[
-            "create",
-            "--fast-size",
-            "64M",
-            "--capacity-size",
-            "256M",
-            "--no-probe",
-        ],
-        &pool,
-    ));
-    assert!(o.status.success(), "create: {o:?}");
+    let (_fdir, _cdir, pool, _) = new_pool("256M");
 
     let sizes = ValueSizes::fixed(100);
     let mut writer = Command::new(MASSE)
@@ -270,29 +270,12 @@ fn a_second_process_is_refused_and_nothing_acknowledged_is_lost() {
 /// the pool says why.
 #[test]
 fn a_tmpfs_fast_tier_is_called_volatile() {
-    let fdir = fast_dir();
-    if !masse::device::on_volatile_fs(fdir.path()) {
+    if !masse::device::on_volatile_fs(Path::new("/dev/shm")) {
         eprintln!("no tmpfs at /dev/shm here; skipped");
         return;
     }
-    let cdir = tempfile::tempdir_in("/var/tmp").expect("temporary directory");
-    let pool = PoolFiles {
-        fast: fdir.path().join("fast"),
-        cap: cdir.path().join("cap"),
-    };
-    let o = masse(&with_pool(
-        &[
-            "create",
-            "--fast-size",
-            "64M",
-            "--capacity-size",
-            "128M",
-            "--no-probe",
-        ],
-        &pool,
-    ));
+    let (_fdir, _cdir, pool, o) = new_pool("128M");
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "create: {o:?}");
     assert!(
         out.contains("warning: the fast tier") && out.contains("reboot"),
         "create must say the tmpfs fast tier is volatile: {out}"
