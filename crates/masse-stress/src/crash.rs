@@ -261,10 +261,11 @@ pub fn crash_loop(
                         oracle = Oracle::open(&pool.oracle_path()).ok();
                     }
                     let running = oracle.as_ref().is_some_and(|o| {
-                        o.phase() == Phase::Running
-                            && runs_before.map_or(true, |r| {
-                                o.runs().load(std::sync::atomic::Ordering::SeqCst) > r
-                            })
+                        let ours = match runs_before {
+                            Some(r) => o.runs().load(std::sync::atomic::Ordering::SeqCst) > r,
+                            None => true,
+                        };
+                        ours && o.phase() == Phase::Running
                     });
                     if running {
                         if let Err(e) = second_open_refused(pool, ch.id()) {
