@@ -513,6 +513,50 @@ fn format(pool: &Pool, cap_media: Media) -> Result<()> {
     Ok(())
 }
 
+/// The superblock of a device given to `open` as the fast tier (`is_fast`) or
+/// a capacity device: it must be a masse device of a format we read, in that
+/// role, at least as large as when the pool was created.
+fn member_superblock(dev: &Arc<dyn Device>, is_fast: bool) -> Result<Superblock> {
+    let path = dev.info().path.clone();
+    let sb = match probe(dev)? {
+        SuperblockProbe::Found(sb) => sb,
+        SuperblockProbe::NotMasse(why) if dev.info().volatile => {
+            let why = format!(
+                "{why}; it is on tmpfs/ramfs, whose contents do not survive a reboot: \
+                 if the machine restarted, the pool's data on it is gone"
+            );
+            return Err(Error::NotMasse { path, why });
+        }
+        SuperblockProbe::NotMasse(why) => return Err(Error::NotMasse { path, why }),
+        SuperblockProbe::TooNew(v) => {
+            return Err(Error::FormatTooNew {
+                path,
+                found: v,
+                supported: FORMAT_VERSION,
+            })
+        }
+    };
+    let role_ok = matches!(
+        (is_fast, sb.role),
+        (true, Role::Fast) | (false, Role::Capacity)
+    );
+    if !role_ok {
+        return Err(Error::Mismatch(format!(
+            "{path} is a {:?}-tier device of its pool but was given as {}",
+            sb.role,
+            if is_fast { "--fast" } else { "--capacity" }
+        )));
+    }
+    if dev.info().capacity < sb.device_capacity {
+        return Err(Error::Mismatch(format!(
+            "{path} is {} bytes but the pool was created on {} bytes",
+            dev.info().capacity,
+            sb.device_capacity
+        )));
+    }
+    Ok(sb)
+}
+
 /// Open the devices named in `cfg` and check that they form one complete pool.
 pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
     let Devices { fast, caps, claims } = open_devices(cfg, true)?;
@@ -521,43 +565,7 @@ pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
     let mut found: Vec<(Arc<dyn Device>, Superblock)> = Vec::new();
     let given = fast.into_iter().map(|d| (true, d));
     for (is_fast, dev) in given.chain(caps.into_iter().map(|d| (false, d))) {
-        let path = dev.info().path.clone();
-        let sb = match probe(&dev)? {
-            SuperblockProbe::Found(sb) => sb,
-            SuperblockProbe::NotMasse(why) if dev.info().volatile => {
-                let why = format!(
-                    "{why}; it is on tmpfs/ramfs, whose contents do not survive a reboot: \
-                     if the machine restarted, the pool's data on it is gone"
-                );
-                return Err(Error::NotMasse { path, why });
-            }
-            SuperblockProbe::NotMasse(why) => return Err(Error::NotMasse { path, why }),
-            SuperblockProbe::TooNew(v) => {
-                return Err(Error::FormatTooNew {
-                    path,
-                    found: v,
-                    supported: FORMAT_VERSION,
-                })
-            }
-        };
-        let role_ok = matches!(
-            (is_fast, sb.role),
-            (true, Role::Fast) | (false, Role::Capacity)
-        );
-        if !role_ok {
-            return Err(Error::Mismatch(format!(
-                "{path} is a {:?}-tier device of its pool but was given as {}",
-                sb.role,
-                if is_fast { "--fast" } else { "--capacity" }
-            )));
-        }
-        if dev.info().capacity < sb.device_capacity {
-            return Err(Error::Mismatch(format!(
-                "{path} is {} bytes but the pool was created on {} bytes",
-                dev.info().capacity,
-                sb.device_capacity
-            )));
-        }
+        let sb = member_superblock(&dev, is_fast)?;
         found.push((dev, sb));
     }
     let Some((_, first)) = found.first() else {
