@@ -44,7 +44,8 @@ pub struct StressArgs {
     pub seed: Option<u64>,
 
     /// Kill loop: start a stress child, SIGKILL it at a random moment (while it recovers,
-    /// verifies, writes, runs GC or checkpoints), reopen and verify; repeat.
+    /// verifies, writes, runs GC or checkpoints), reopen and verify; repeat. While each
+    /// child works, a second open of the pool is tried and must be refused as busy.
     #[arg(long)]
     pub crash_loop: bool,
 
