@@ -59,7 +59,7 @@ fn config(dev: Arc<dyn Device>, mode: Mode) -> PoolConfig {
     }
 }
 
-fn footer_lands_records_do_not(mode: Mode) {
+fn footer_lands_records_do_not(mode: Mode, checkpoint: bool) {
     let mem = MemDevice::new(16 << 20);
     let fail = Arc::new(AtomicBool::new(false));
     let dev: Arc<dyn Device> = Arc::new(SyncFails {
@@ -76,6 +76,10 @@ fn footer_lands_records_do_not(mode: Mode) {
     // which ends in the segment's third 4 KiB block.
     db.put(b"A", &value(1, 0, 10_000)).expect("put A");
     db.put(b"K", b"acknowledged").expect("put K");
+    if checkpoint {
+        // Segment 0 is then replayed after the checkpoint rather than scanned.
+        db.checkpoint().expect("checkpoint");
+    }
     let slot0 = db.geometry().data_start + db.geometry().band_header_size as u64;
     fail.store(true, Ordering::SeqCst);
     // K's new value joins segment 0's third block; J does not fit, so the
@@ -89,9 +93,12 @@ fn footer_lands_records_do_not(mode: Mode) {
         "the batch was acknowledged without a sync"
     );
     drop(db);
-    // Power cut: of the unsynced blocks, only segment 0's footer block survives.
+    // Power cut: of the unsynced blocks, segment 0's footer block and segment
+    // 1 (J, the batch's end) survive; segment 0's third block (K's new value)
+    // does not. The batch then looks complete to a recovery that trusts the
+    // footer.
     let footer_block = slot0 + SEG as u64 - 4096;
-    mem.power_cut_with(|off| off == footer_block);
+    mem.power_cut_with(|off| off == footer_block || off >= slot0 + SEG as u64);
     fail.store(false, Ordering::SeqCst);
 
     let db = Db::open(&config(dev, mode), opts).expect("recover");
@@ -112,10 +119,20 @@ fn footer_lands_records_do_not(mode: Mode) {
 
 #[test]
 fn capacity_only_footer_vouches_only_for_durable_records() {
-    footer_lands_records_do_not(Mode::CapacityOnly);
+    footer_lands_records_do_not(Mode::CapacityOnly, false);
 }
 
 #[test]
 fn scm_only_footer_vouches_only_for_durable_records() {
-    footer_lands_records_do_not(Mode::ScmOnly);
+    footer_lands_records_do_not(Mode::ScmOnly, false);
+}
+
+#[test]
+fn capacity_only_replay_after_a_checkpoint_verifies_records() {
+    footer_lands_records_do_not(Mode::CapacityOnly, true);
+}
+
+#[test]
+fn scm_only_replay_after_a_checkpoint_verifies_records() {
+    footer_lands_records_do_not(Mode::ScmOnly, true);
 }
