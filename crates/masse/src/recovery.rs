@@ -199,6 +199,16 @@ struct Replay<'a> {
     group_last_seq: u64,
     /// Records of groups a crash cut short, not applied.
     cut: u64,
+    /// Newest fresh sequence number met in write order (relocated records keep
+    /// their older numbers and are left out).
+    fresh_max: u64,
+    /// Set after a footerless segment or a blank gap: the fresh number the
+    /// writer's next record must carry if nothing was lost there.
+    torn_after: Option<u64>,
+    /// Records skipped because they follow records a crash tore away.
+    after_tear: u64,
+    /// Skipping records written in the same unsynced burst as a torn one.
+    cutting: bool,
     max_seq: u64,
     min_seq: Vec<u64>,
     written: Vec<u64>,
@@ -227,6 +237,10 @@ impl<'a> Replay<'a> {
             group: Vec::new(),
             group_last_seq: 0,
             cut: 0,
+            fresh_max: 0,
+            torn_after: None,
+            after_tear: 0,
+            cutting: false,
             max_seq: ck_next_seq.saturating_sub(1),
             min_seq: vec![u64::MAX; nb],
             written: vec![0; nb],
@@ -288,8 +302,16 @@ impl<'a> Replay<'a> {
                         }
                     }
                     self.segment(p.band, &s);
+                    if s.source == Source::Parsed {
+                        self.torn_at_end();
+                    }
                 }
-                Found::Gap { slot, n, blank } => self.gap(p.band, slot, n, blank),
+                Found::Gap { slot, n, blank } => {
+                    self.gap(p.band, slot, n, blank);
+                    if blank {
+                        self.torn_at_end();
+                    }
+                }
             }
             Ok(())
         })?;
@@ -330,6 +352,9 @@ impl<'a> Replay<'a> {
             self.apply(e.digest, loc);
             return;
         }
+        if self.after_torn_write(e) {
+            return;
+        }
         // A pending group whose next record does not follow it is a group a crash
         // cut short (its last record never reached the device): it is not applied,
         // and must not be completed by later records.
@@ -344,6 +369,45 @@ impl<'a> Replay<'a> {
                 self.apply(d, loc);
             }
         }
+    }
+
+    /// Capacity-only / scm-only: is `e` part of a burst a crash tore?
+    ///
+    /// Without a pad, a group commit's records are acknowledged when one sync
+    /// makes them all durable; a power cut before that sync may keep any subset
+    /// of the burst's blocks. Where a footerless segment (or a blank slot) ends
+    /// early, the writer's next fresh record must carry the next sequence
+    /// number. If numbers are missing, records of that burst never reached the
+    /// device, so the burst was never acknowledged, and neither was anything
+    /// written after it until the next open (which skips `SEQ_GAP_AT_OPEN`
+    /// numbers). Those records are not applied: a later record of a batch whose
+    /// start was torn away would otherwise look like a whole group.
+    fn torn_at_end(&mut self) {
+        if self.fresh_max > 0 {
+            self.torn_after = Some(self.fresh_max + 1);
+        }
+    }
+
+    fn after_torn_write(&mut self, e: &SummaryEntry) -> bool {
+        let fresh = e.seq > self.fresh_max;
+        if fresh {
+            let prev = self.fresh_max;
+            self.fresh_max = e.seq;
+            if self.cutting && e.seq >= prev + SEQ_GAP_AT_OPEN {
+                self.cutting = false;
+            }
+            if let Some(next) = self.torn_after.take() {
+                if e.seq != next && e.seq < next + SEQ_GAP_AT_OPEN {
+                    self.cutting = true;
+                    self.cut += self.group.len() as u64;
+                    self.group.clear();
+                }
+            }
+        }
+        if self.cutting {
+            self.after_tear += 1;
+        }
+        self.cutting
     }
 
     fn gap(&mut self, band: u32, slot: u64, n: u64, blank: bool) {
@@ -368,6 +432,13 @@ impl<'a> Replay<'a> {
     fn finish(&mut self) {
         self.cut += self.group.len() as u64;
         self.group.clear();
+        if self.after_tear > 0 {
+            self.inner.note(format!(
+                "{} records written after a write torn at a crash (in the same unsynced, never \
+                 acknowledged burst) were not applied",
+                self.after_tear
+            ));
+        }
         if self.cut > 0 {
             self.inner.note(format!(
                 "{} records of atomic batches a crash cut short (never acknowledged) were \
