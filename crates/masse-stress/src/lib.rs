@@ -4,14 +4,17 @@
 //! simulator: random operations from many threads against an expected-state
 //! [`oracle::Oracle`] kept outside the pool; real SIGKILLs of a child process
 //! ([`crash`]); injected device faults on in-memory devices ([`faults`]); every
-//! run replayable from its seed. [`trace`] records every device write and sync of
-//! a run and rebuilds the pool after a power cut at any of them. [`fuzz`] holds the bodies of the fuzz targets
+//! run replayable from its seed. [`enumerate`] runs deterministic scenarios on
+//! recording devices ([`trace`]) and checks the pool after a power cut at every
+//! device write and sync of their traces, torn variants included. [`fuzz`] holds the bodies of the fuzz targets
 //! (in `fuzz/`), so the seed corpus also runs as an ordinary test.
 
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod crash;
+pub mod damage;
+pub mod enumerate;
 pub mod faults;
 pub mod fuzz;
 pub mod gen;
