@@ -6,6 +6,7 @@ use clap::Args;
 use masse::Mode;
 use masse_stress::crash::{child, crash_loop, default_fast_dir, StressPool};
 use masse_stress::faults::{run_faults, FaultConfig};
+use masse_stress::watchdog::{HangHook, HangReport};
 use masse_stress::workload::RunConfig;
 use std::path::PathBuf;
 use std::process::Command;
@@ -52,6 +53,13 @@ pub struct StressArgs {
     /// Kill cycles of --crash-loop.
     #[arg(long, default_value_t = 20)]
     pub cycles: u64,
+
+    /// Hang watchdog: a put, delete, batch, get, iteration or checkpoint that has not
+    /// finished after this many seconds fails the run, printing the engine's write-path
+    /// state (group-commit queue and leader, pad, bands, writer queue) and a thread dump.
+    /// 0 turns it off.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    pub hang_timeout: f64,
 
     /// Longest time a child runs before it is killed, in ms (log-uniform from 2 ms).
     #[arg(long, default_value_t = 1500)]
@@ -291,6 +299,7 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
     std::fs::create_dir_all(&pool.fast_dir)
         .map_err(|e| crate::error::io_err("creating", &pool.fast_dir, e))?;
     let cfg = RunConfig {
+        hang_timeout: Duration::from_secs_f64(a.hang_timeout.max(0.0)),
         threads: a.threads.max(1),
         duration: Duration::from_secs_f64(a.duration.unwrap_or(10.0).max(0.0)),
         seed,
@@ -338,6 +347,7 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
                     .args(["--mode", mode_name])
                     .args(["--keys", &a.keys.to_string()])
                     .args(["--threads", &cfg.threads.to_string()])
+                    .args(["--hang-timeout", &a.hang_timeout.to_string()])
                     .args(["--seed", &s.to_string()]);
                 if fin {
                     c.args(["--final", "--duration", "2"]);
@@ -359,6 +369,15 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
             .map_err(|e| format!("{e}\nreplay: masse stress --crash-loop --cycles {cycles} --keys {} --threads {} --mode {} --seed {seed}", a.keys, cfg.threads, mode_name))
     } else {
         pool.remove();
+        // A hang ends the process; the pool stays for inspection.
+        let kept = dir.clone();
+        let cfg = RunConfig {
+            on_hang: Some(HangHook(std::sync::Arc::new(move |r: &HangReport| {
+                eprintln!("{r}\nthe pool is left in {} for inspection", kept.display());
+                std::process::exit(EXIT_STRESS_FAILED);
+            }))),
+            ..cfg.clone()
+        };
         child(&pool, a.keys, &cfg, false, true)
             .map(|r| serde_json::json!({ "seed": seed, "run": r }))
             .map_err(|v| {
