@@ -85,13 +85,16 @@ pub fn run_enumerate(a: &StressArgs, seed: u64) -> CliResult<i32> {
     }
     let t = &rep.total;
     println!(
-        "total: {} scenario runs, {} operations, {} crash points, {} crash states checked, {} keys compared, {} failing states, {:.1} s",
+        "total: {} scenario runs, {} operations, {} crash points, {} crash states checked, {} keys compared; \
+         {} failing states ({} acknowledged key states lost in them; {} states lost them silently); {:.1} s",
         rep.scenarios.len(),
         t.ops,
         t.crash_points,
         t.crash_states,
         t.keys_checked,
         t.failures,
+        t.acked_lost,
+        t.silent_loss_states,
         rep.seconds
     );
     let failures: Vec<&enumerate::Failure> =

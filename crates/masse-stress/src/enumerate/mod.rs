@@ -88,6 +88,26 @@ impl Default for EnumConfig {
     }
 }
 
+impl EnumConfig {
+    /// The size the default test suite runs: every crash point of the first
+    /// runs (the focus of long scenarios), fewer torn variants, two continued
+    /// runs checked at every other point, and the first failure ends a run.
+    pub fn ci() -> EnumConfig {
+        EnumConfig {
+            torn: Torn {
+                exhaustive_upto: 2,
+                singles_upto: 4,
+                random: 1,
+            },
+            focus_only: true,
+            double_crashes: 2,
+            double_every: 2,
+            max_failures: 1,
+            ..EnumConfig::default()
+        }
+    }
+}
+
 /// One failing crash state.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CrashSpec {
@@ -183,6 +203,10 @@ pub struct RunFigures {
     pub failures: u64,
     /// Keys compared over all checks.
     pub keys_checked: u64,
+    /// Over the failing states: keys whose acknowledged state was not found.
+    pub acked_lost: u64,
+    /// Failing states that lost acknowledged state with nothing reported.
+    pub silent_loss_states: u64,
 }
 
 impl RunFigures {
@@ -194,6 +218,8 @@ impl RunFigures {
         self.duplicates += o.duplicates;
         self.failures += o.failures;
         self.keys_checked += o.keys_checked;
+        self.acked_lost += o.acked_lost;
+        self.silent_loss_states += o.silent_loss_states;
     }
 }
 
@@ -394,6 +420,7 @@ pub fn enumerate_run(
     let failures: Mutex<Vec<CrashSpec>> = Mutex::new(Vec::new());
     let stop = AtomicBool::new(false);
     let (keys, states) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (lost, silent) = (AtomicU64::new(0), AtomicU64::new(0));
     let (tx, rx) = mpsc::sync_channel::<Task>(cfg.jobs.max(1) * 2);
     let rx = Mutex::new(rx);
     std::thread::scope(|s| {
@@ -410,6 +437,8 @@ pub fn enumerate_run(
                 let c = check_state(&rec.setup, &t.devs, &t.exp);
                 keys.fetch_add(c.keys, SeqCst);
                 states.fetch_add(1, SeqCst);
+                lost.fetch_add(c.lost_keys, SeqCst);
+                silent.fetch_add(u64::from(c.lost_keys > 0 && !c.reported), SeqCst);
                 if !c.violations.is_empty() {
                     let mut f = failures.lock().unwrap_or_else(|p| p.into_inner());
                     f.push(CrashSpec {
@@ -465,6 +494,8 @@ pub fn enumerate_run(
     });
     fig.crash_states = states.load(SeqCst);
     fig.keys_checked = keys.load(SeqCst);
+    fig.acked_lost = lost.load(SeqCst);
+    fig.silent_loss_states = silent.load(SeqCst);
     let mut f = failures.into_inner().unwrap_or_else(|p| p.into_inner());
     f.sort_by_key(|c| c.k);
     fig.failures = f.len() as u64;

@@ -275,6 +275,11 @@ pub struct Checked {
     pub applied: Vec<Group>,
     /// Keys compared.
     pub keys: u64,
+    /// Keys whose acknowledged state was not found (nor an in-flight one).
+    pub lost_keys: u64,
+    /// Whether recovery or `check` reported anything (warnings, corruptions,
+    /// check errors): a loss without it is silent.
+    pub reported: bool,
 }
 
 /// Checks an open, recovered pool against `exp`: every key, the atomicity of
@@ -289,6 +294,8 @@ pub fn check_db(db: &Db, exp: &Expected) -> Checked {
             Err(e) => {
                 c.violations.push(format!("get of key {k} failed: {e}"));
                 c.bad_keys.push(k);
+                c.lost_keys += 1;
+                c.reported |= matches!(e, Error::Corruption(_));
                 continue;
             }
         };
@@ -317,6 +324,7 @@ pub fn check_db(db: &Db, exp: &Expected) -> Checked {
                 }
             ));
             c.bad_keys.push(k);
+            c.lost_keys += 1;
         }
         found.insert(k, got);
     }
@@ -324,14 +332,19 @@ pub fn check_db(db: &Db, exp: &Expected) -> Checked {
     check_iteration(db, &found, &mut c);
     match db.check() {
         Ok(r) if r.is_clean() => {}
-        Ok(r) => c.violations.push(format!(
-            "check found {} problems: {}",
-            r.errors.len(),
-            r.errors[..r.errors.len().min(3)].join("; ")
-        )),
+        Ok(r) => {
+            c.reported = true;
+            c.violations.push(format!(
+                "check found {} problems: {}",
+                r.errors.len(),
+                r.errors[..r.errors.len().min(3)].join("; ")
+            ))
+        }
         Err(e) => c.violations.push(format!("check failed: {e}")),
     }
-    c.violations.extend(ordinary_crash_findings(&db.stats()));
+    let findings = ordinary_crash_findings(&db.stats());
+    c.reported |= !findings.is_empty();
+    c.violations.extend(findings);
     c
 }
 

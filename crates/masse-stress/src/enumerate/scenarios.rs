@@ -177,7 +177,8 @@ fn open_band(s: &Script) -> Result<Option<u32>, Violation> {
         .map(|b| b.band))
 }
 
-/// Puts filler keys `first, first+1, …` (7 000 bytes) until `done`; returns them.
+/// Puts filler keys `first, first+1, …` (14 000 bytes: two to a segment)
+/// until `done`; returns them.
 fn fill_until(
     s: &mut Script,
     first: u32,
@@ -189,7 +190,7 @@ fn fill_until(
             return Err(Violation("scenario: filling never reached its goal".into()));
         }
         let k = first + keys.len() as u32;
-        s.put(k, 7000)?;
+        s.put(k, 14_000)?;
         keys.push(k);
     }
     Ok(keys)
@@ -277,7 +278,7 @@ fn seal(s: &mut Script, scale: u32) -> Result<(), Violation> {
 }
 
 fn checkpoint_gc(s: &mut Script, scale: u32) -> Result<(), Violation> {
-    let n = 40 * scale;
+    let n = 24 * scale;
     for k in 0..n {
         s.put(k, 5000 + (k % 5) * 700)?;
     }
