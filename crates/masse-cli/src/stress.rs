@@ -121,9 +121,13 @@ pub struct StressArgs {
     #[arg(long, default_value_t = 6)]
     pub double_crashes: usize,
 
-    /// --enumerate: check only every N-th crash point.
+    /// --enumerate: check only every N-th crash point of a scenario's first run.
     #[arg(long, default_value_t = 1)]
     pub every: usize,
+
+    /// --enumerate: check only every N-th crash point of the continued runs.
+    #[arg(long, default_value_t = 1)]
+    pub double_every: usize,
 
     /// --enumerate: only the focus ranges of long scenarios (e.g. the pad's wrap).
     #[arg(long)]

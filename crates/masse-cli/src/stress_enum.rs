@@ -43,7 +43,7 @@ pub fn run_enumerate(a: &StressArgs, seed: u64) -> CliResult<i32> {
         every: a.every.max(1),
         focus_only: a.focus_only,
         double_crashes: a.double_crashes,
-        double_every: a.every.max(1),
+        double_every: a.double_every.max(1),
         seed,
         jobs: jobs(a),
         max_failures: a.max_failures.max(1),

@@ -249,7 +249,7 @@ pub fn signature(symptom: &str) -> String {
     let mut out = String::new();
     let mut prev_digit = false;
     let mut quoted = false;
-    for c in symptom.chars().take(160) {
+    for c in symptom.chars() {
         if c == '"' {
             quoted = !quoted;
             if quoted {
@@ -270,7 +270,10 @@ pub fn signature(symptom: &str) -> String {
             out.push(c);
         }
     }
-    out
+    match out.char_indices().nth(140) {
+        Some((i, _)) => out[..i].to_string(),
+        None => out,
+    }
 }
 
 /// What an enumeration found.
@@ -858,4 +861,38 @@ pub fn run_all(
     }
     rep.seconds = t0.elapsed().as_secs_f64();
     rep
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_elide_numbers_and_keys() {
+        assert_eq!(
+            signature("get of key 12 failed: record for key \"1f-abc\" at segment 3 offset 0x40"),
+            "get of key N failed: record for key \"…\" at segment N offset N"
+        );
+        assert_eq!(signature(&"x".repeat(500)).chars().count(), 140);
+    }
+
+    #[test]
+    fn torn_variants_cover_the_unsynced_blocks() {
+        let torn = Torn {
+            exhaustive_upto: 3,
+            singles_upto: 2,
+            random: 1,
+        };
+        let mut rng = Rng::new(1);
+        let three: Vec<BlockId> = vec![(0, 0), (0, 4096), (1, 0)];
+        let v = variants(&three, &torn, &mut rng);
+        assert_eq!(v.len(), 8, "every subset of 3 blocks");
+        assert_eq!(v.iter().collect::<BTreeSet<_>>().len(), 8);
+        let five: Vec<BlockId> = (0..5).map(|i| (0, i * 4096)).collect();
+        let v = variants(&five, &torn, &mut rng);
+        assert_eq!(v.len(), 2 + 2 + 1, "all, none, two singles, one random");
+        assert_eq!(v[0].len(), 5);
+        assert!(v[1].is_empty());
+        assert_eq!(variants(&[], &torn, &mut rng), vec![BTreeSet::new()]);
+    }
 }
