@@ -367,8 +367,6 @@ fn checkpoints(c: &mut Ctx) {
 }
 
 fn bands(c: &mut Ctx) {
-    let spb = c.geo.slots_per_band();
-    let seg = c.geo.segment_size as u64;
     for b in 0..c.geo.bands() {
         let Some((ci, off)) = c.geo.band_addr(b) else {
             continue;
@@ -380,64 +378,65 @@ fn bands(c: &mut Ctx) {
         if h.pool_tag != c.tag || h.band != b {
             continue;
         }
-        let mut band_unit = BTreeSet::new();
-        let mut i = 0;
-        while h.state == BAND_IN_USE && i < spb {
-            let Some((ci, so)) = c.geo.slot_addr(b as u64 * spb + i) else {
-                break;
-            };
-            let d = c.cap(ci);
-            let Some(sh) = SegmentHeader::decode(&read(c.img, d, so, 4096)) else {
-                break;
-            };
-            let k = sh.nslots.max(1) as u64;
-            if sh.pool_tag != c.tag || sh.segment_seq < h.first_seq || i + k > spb {
-                break;
-            }
-            let span = read(c.img, d, so, (k * seg) as usize);
-            let unit = segment_keys(&span, sh.segment_seq, c.bound);
-            let what = format!("band {b} slot {i}");
+        let (unit, state) = if h.state == BAND_IN_USE {
+            (segments(c, b, h.first_seq), "in use")
+        } else {
+            (BTreeSet::new(), "free")
+        };
+        let what = format!("band {b} header ({state})");
+        c.add("band header", what, &[(d, off + 12, 52)], unit);
+    }
+}
+
+/// The segments of in-use band `b` as targets; returns the band's keys.
+fn segments(c: &mut Ctx, b: u32, first_seq: u64) -> BTreeSet<u32> {
+    let spb = c.geo.slots_per_band();
+    let seg = c.geo.segment_size as u64;
+    let mut band_unit = BTreeSet::new();
+    let mut i = 0;
+    while i < spb {
+        let Some((ci, so)) = c.geo.slot_addr(b as u64 * spb + i) else {
+            break;
+        };
+        let d = c.cap(ci);
+        let Some(sh) = SegmentHeader::decode(&read(c.img, d, so, 4096)) else {
+            break;
+        };
+        let k = sh.nslots.max(1) as u64;
+        if sh.pool_tag != c.tag || sh.segment_seq < first_seq || i + k > spb {
+            break;
+        }
+        let span = read(c.img, d, so, (k * seg) as usize);
+        let unit = segment_keys(&span, sh.segment_seq, c.bound);
+        let what = format!("band {b} slot {i}");
+        c.add(
+            "segment header",
+            format!("{what} header"),
+            &[(d, so + 8, 56)],
+            unit.clone(),
+        );
+        if let Some(f) = decode_footer(&span).filter(|f| f.segment_seq == sh.segment_seq) {
+            let foot = so + k * seg - SEG_FOOTER as u64;
             c.add(
-                "segment header",
-                format!("{what} header"),
-                &[(d, so + 8, 56)],
+                "segment footer",
+                format!("{what} footer"),
+                &[(d, foot + 8, 56)],
                 unit.clone(),
             );
-            if let Some(f) = decode_footer(&span).filter(|f| f.segment_seq == sh.segment_seq) {
-                let foot = so + k * seg - SEG_FOOTER as u64;
+            if f.nrec > 0 {
+                let len = f.nrec as u64 * SUMMARY_ENTRY as u64;
                 c.add(
-                    "segment footer",
-                    format!("{what} footer"),
-                    &[(d, foot + 8, 56)],
+                    "segment summary",
+                    format!("{what} summary"),
+                    &[(d, foot - len, len)],
                     unit.clone(),
                 );
-                if f.nrec > 0 {
-                    let sum = foot - f.nrec as u64 * SUMMARY_ENTRY as u64;
-                    c.add(
-                        "segment summary",
-                        format!("{what} summary"),
-                        &[(d, sum, f.nrec as u64 * SUMMARY_ENTRY as u64)],
-                        unit.clone(),
-                    );
-                }
             }
-            band_unit.extend(unit);
-            i += k;
         }
-        c.add(
-            "band header",
-            format!(
-                "band {b} header ({})",
-                if h.state == BAND_IN_USE {
-                    "in use"
-                } else {
-                    "free"
-                }
-            ),
-            &[(d, off + 12, 52)],
-            band_unit,
-        );
+        band_unit.extend(unit);
+        i += k;
     }
+    band_unit
 }
 
 /// What one damaged block led to.

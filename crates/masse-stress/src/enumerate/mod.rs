@@ -407,7 +407,56 @@ struct Task {
     context: String,
 }
 
+/// What the checker threads of one enumeration share.
+struct Checkers<'a> {
+    rec: &'a Recorded,
+    max_failures: usize,
+    failures: Mutex<Vec<CrashSpec>>,
+    stop: AtomicBool,
+    keys: AtomicU64,
+    states: AtomicU64,
+    lost: AtomicU64,
+    silent: AtomicU64,
+}
+
+impl Checkers<'_> {
+    /// Checks crash states until the channel closes.
+    fn work(&self, rx: &Mutex<mpsc::Receiver<Task>>) {
+        loop {
+            let task = match rx.lock() {
+                Ok(r) => r.recv(),
+                Err(_) => return,
+            };
+            let Ok(t) = task else { return };
+            if self.stop.load(SeqCst) {
+                continue;
+            }
+            let c = check_state(&self.rec.setup, &t.devs, &t.exp);
+            self.keys.fetch_add(c.keys, SeqCst);
+            self.states.fetch_add(1, SeqCst);
+            self.lost.fetch_add(c.lost_keys, SeqCst);
+            self.silent
+                .fetch_add(u64::from(c.lost_keys > 0 && !c.reported), SeqCst);
+            if c.violations.is_empty() {
+                continue;
+            }
+            let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+            f.push(CrashSpec {
+                k: t.k,
+                lost: t.lost.into_iter().collect(),
+                unsynced: t.unsynced,
+                symptom: c.violations,
+                context: t.context,
+            });
+            if f.len() >= self.max_failures {
+                self.stop.store(true, SeqCst);
+            }
+        }
+    }
+}
+
 /// Enumerates the crash points of `rec`; `every`: check every n-th one.
+/// `progress(points done, points)`.
 pub fn enumerate_run(
     rec: &Recorded,
     cfg: &EnumConfig,
@@ -420,42 +469,21 @@ pub fn enumerate_run(
         events: rec.events.len(),
         ..Default::default()
     };
-    let failures: Mutex<Vec<CrashSpec>> = Mutex::new(Vec::new());
-    let stop = AtomicBool::new(false);
-    let (keys, states) = (AtomicU64::new(0), AtomicU64::new(0));
-    let (lost, silent) = (AtomicU64::new(0), AtomicU64::new(0));
+    let ck = Checkers {
+        rec,
+        max_failures: cfg.max_failures,
+        failures: Mutex::new(Vec::new()),
+        stop: AtomicBool::new(false),
+        keys: AtomicU64::new(0),
+        states: AtomicU64::new(0),
+        lost: AtomicU64::new(0),
+        silent: AtomicU64::new(0),
+    };
     let (tx, rx) = mpsc::sync_channel::<Task>(cfg.jobs.max(1) * 2);
     let rx = Mutex::new(rx);
     std::thread::scope(|s| {
         for _ in 0..cfg.jobs.max(1) {
-            s.spawn(|| loop {
-                let task = match rx.lock() {
-                    Ok(r) => r.recv(),
-                    Err(_) => return,
-                };
-                let Ok(t) = task else { return };
-                if stop.load(SeqCst) {
-                    continue;
-                }
-                let c = check_state(&rec.setup, &t.devs, &t.exp);
-                keys.fetch_add(c.keys, SeqCst);
-                states.fetch_add(1, SeqCst);
-                lost.fetch_add(c.lost_keys, SeqCst);
-                silent.fetch_add(u64::from(c.lost_keys > 0 && !c.reported), SeqCst);
-                if !c.violations.is_empty() {
-                    let mut f = failures.lock().unwrap_or_else(|p| p.into_inner());
-                    f.push(CrashSpec {
-                        k: t.k,
-                        lost: t.lost.into_iter().collect(),
-                        unsynced: t.unsynced,
-                        symptom: c.violations,
-                        context: t.context,
-                    });
-                    if f.len() >= cfg.max_failures {
-                        stop.store(true, SeqCst);
-                    }
-                }
-            });
+            s.spawn(|| ck.work(&rx));
         }
         let mut rp = Replayer::new(&rec.base);
         let mut tr = Tracker::new(&rec.ops, &rec.base_state);
@@ -465,11 +493,10 @@ pub fn enumerate_run(
         for (i, e) in rec.events.iter().enumerate() {
             rp.apply(e);
             tr.apply(e);
-            if next.peek() != Some(&&(i + 1)) {
+            if next.next_if_eq(&&(i + 1)).is_none() {
                 continue;
             }
-            next.next();
-            if stop.load(SeqCst) {
+            if ck.stop.load(SeqCst) {
                 break;
             }
             fig.crash_points += 1;
@@ -495,11 +522,11 @@ pub fn enumerate_run(
         }
         drop(tx);
     });
-    fig.crash_states = states.load(SeqCst);
-    fig.keys_checked = keys.load(SeqCst);
-    fig.acked_lost = lost.load(SeqCst);
-    fig.silent_loss_states = silent.load(SeqCst);
-    let mut f = failures.into_inner().unwrap_or_else(|p| p.into_inner());
+    fig.crash_states = ck.states.load(SeqCst);
+    fig.keys_checked = ck.keys.load(SeqCst);
+    fig.acked_lost = ck.lost.load(SeqCst);
+    fig.silent_loss_states = ck.silent.load(SeqCst);
+    let mut f = ck.failures.into_inner().unwrap_or_else(|p| p.into_inner());
     f.sort_by_key(|c| c.k);
     fig.failures = f.len() as u64;
     (fig, f)
