@@ -93,6 +93,9 @@ pub(crate) struct WriteState {
     pub next_seg: u64,
     pub cur_band: Option<u32>,
     pub next_sib: u64,
+    /// The segment closed last: its sequence number and the end of its
+    /// records (written into the next segment's header as `prev_end`).
+    pub last_closed: Option<(u64, u32)>,
 }
 
 /// Class of a write, which decides how much reserve space it may use.
@@ -517,6 +520,7 @@ impl Db {
                 next_seg: epoch << 40,
                 cur_band: None,
                 next_sib: 0,
+                last_closed: None,
             }),
             pad,
             writer: Mutex::new(None),
@@ -1761,14 +1765,14 @@ impl Inner {
                 }
                 if let Some(full) = ws.open.take() {
                     used_up += Self::seal_waste(seg, &full);
-                    ws.to_seal.push(full);
+                    Self::close_segment(ws, full);
                 }
             }
         };
         // One record larger than a segment: a segment of several slots of its own.
         if let Some(cur) = ws.open.take() {
             used_up += Self::seal_waste(seg, &cur);
-            ws.to_seal.push(cur);
+            Self::close_segment(ws, cur);
         }
         used_up += self.band_tail_skipped(ws, k) + k * seg as u64;
         let mut o = self.new_segment(ws, k)?;
@@ -1776,8 +1780,15 @@ impl Inner {
         o.used = SEG_HEADER + len8;
         self.slot_placed[o.buf.slot as usize].store(len8 as u32, Relaxed);
         let buf = o.buf.clone();
-        ws.to_seal.push(o);
+        Self::close_segment(ws, o);
         Ok((buf, SEG_HEADER, used_up))
+    }
+
+    /// A segment takes no more records: queue it for sealing and remember
+    /// where its records end, for the next segment's header.
+    fn close_segment(ws: &mut WriteState, o: OpenSeg) {
+        ws.last_closed = Some((o.buf.seq, o.used as u32));
+        ws.to_seal.push(o);
     }
 
     /// Room left unused in a one-slot segment sealed now.
@@ -1848,10 +1859,15 @@ impl Inner {
         let seq = ws.next_seg;
         ws.next_seg += 1;
         let mut data = AlignedBuf::new(k as usize * self.layout.seg as usize);
+        let prev_end = match ws.last_closed {
+            Some((s, end)) if s + 1 == seq => end,
+            _ => 0,
+        };
         SegmentHeader {
             segment_seq: seq,
             pool_tag: self.tag,
             nslots: k as u32,
+            prev_end,
         }
         .encode_into(&mut data);
         let size = data.len();
@@ -1928,7 +1944,7 @@ impl Inner {
             if only_open && open_seq.is_some() {
                 if let Some(o) = ws.open.take() {
                     drop(s);
-                    ws.to_seal.push(o);
+                    Self::close_segment(ws, o);
                     self.c.forced_seals.fetch_add(1, Relaxed);
                     self.flush_segments(ws, false)?;
                     s = p.st.lock();

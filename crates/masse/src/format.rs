@@ -794,6 +794,11 @@ pub struct SegmentHeader {
     pub pool_tag: u64,
     /// Slots the segment spans.
     pub nslots: u32,
+    /// End of the record area of segment `segment_seq - 1` as the writer left
+    /// it when this segment opened; 0 if not known (a segment opened first
+    /// after an open, or format version 1). Recovery compares it with what it
+    /// finds there: a shorter segment lost records to a torn write.
+    pub prev_end: u32,
 }
 
 impl SegmentHeader {
@@ -807,6 +812,7 @@ impl SegmentHeader {
             p.u64(self.pool_tag);
             p.u32(self.nslots);
             p.u32(FORMAT_VERSION);
+            p.u32(self.prev_end);
         }
         let crc = crc32c::crc32c(&b[8..SEG_HEADER]);
         b[4..8].copy_from_slice(&crc.to_le_bytes());
@@ -824,6 +830,7 @@ impl SegmentHeader {
             segment_seq: le64(b, 8),
             pool_tag: le64(b, 16),
             nslots: le32(b, 24),
+            prev_end: le32(b, 32),
         })
     }
 }

@@ -199,12 +199,11 @@ struct Replay<'a> {
     group_last_seq: u64,
     /// Records of groups a crash cut short, not applied.
     cut: u64,
-    /// Newest fresh sequence number met in write order (relocated records keep
-    /// their older numbers and are left out).
-    fresh_max: u64,
-    /// Set after a footerless segment or a blank gap: the fresh number the
-    /// writer's next record must carry if nothing was lost there.
-    torn_after: Option<u64>,
+    /// The segment replayed last and whether a blank slot followed it.
+    last_seg: Option<LastSeg>,
+    blank_since: bool,
+    /// Newest sequence number met so far, to recognise the next open.
+    seen_max: u64,
     /// Records skipped because they follow records a crash tore away.
     after_tear: u64,
     /// Skipping records written in the same unsynced burst as a torn one.
@@ -215,6 +214,17 @@ struct Replay<'a> {
     segments: u64,
     /// Last footerless one-slot segment of the newest band, to keep filling.
     partial: Option<Partial>,
+}
+
+/// Where the segment replayed last left the writer.
+#[derive(Clone, Copy)]
+struct LastSeg {
+    seq: u64,
+    /// End of its records.
+    end: usize,
+    band: u32,
+    /// The slot after it.
+    next_slot: u64,
 }
 
 /// A partly written segment at the write frontier (capacity-only/scm-only).
@@ -237,8 +247,9 @@ impl<'a> Replay<'a> {
             group: Vec::new(),
             group_last_seq: 0,
             cut: 0,
-            fresh_max: 0,
-            torn_after: None,
+            last_seg: None,
+            blank_since: false,
+            seen_max: ck_next_seq.saturating_sub(1),
             after_tear: 0,
             cutting: false,
             max_seq: ck_next_seq.saturating_sub(1),
@@ -301,16 +312,19 @@ impl<'a> Replay<'a> {
                             });
                         }
                     }
+                    self.torn_before(p.band, &s);
                     self.segment(p.band, &s);
-                    if s.source == Source::Parsed {
-                        self.torn_at_end();
-                    }
+                    self.last_seg = Some(LastSeg {
+                        seq: s.seq,
+                        end: s.used,
+                        band: p.band,
+                        next_slot: s.slot + s.nslots,
+                    });
+                    self.blank_since = false;
                 }
                 Found::Gap { slot, n, blank } => {
                     self.gap(p.band, slot, n, blank);
-                    if blank {
-                        self.torn_at_end();
-                    }
+                    self.blank_since |= blank;
                 }
             }
             Ok(())
@@ -371,38 +385,55 @@ impl<'a> Replay<'a> {
         }
     }
 
-    /// Capacity-only / scm-only: is `e` part of a burst a crash tore?
+    /// Capacity-only / scm-only: did a crash tear away records written just
+    /// before segment `s`?
     ///
     /// Without a pad, a group commit's records are acknowledged when one sync
     /// makes them all durable; a power cut before that sync may keep any subset
-    /// of the burst's blocks. Where a footerless segment (or a blank slot) ends
-    /// early, the writer's next fresh record must carry the next sequence
-    /// number. If numbers are missing, records of that burst never reached the
-    /// device, so the burst was never acknowledged, and neither was anything
-    /// written after it until the next open (which skips `SEQ_GAP_AT_OPEN`
-    /// numbers). Those records are not applied: a later record of a batch whose
-    /// start was torn away would otherwise look like a whole group.
-    fn torn_at_end(&mut self) {
-        if self.fresh_max > 0 {
-            self.torn_after = Some(self.fresh_max + 1);
+    /// of the burst's blocks. Each segment's header says where the writer left
+    /// the segment before it (`prev_end`). If that segment was replayed and
+    /// ends earlier, or its slot was found blank, records of the burst never
+    /// reached the device: the burst was never acknowledged, and neither was
+    /// anything written after it until the next open (which skips
+    /// `SEQ_GAP_AT_OPEN` sequence numbers). Those records are not applied: a
+    /// batch's end whose start was torn away would otherwise look whole.
+    fn torn_before(&mut self, band: u32, s: &crate::scan::Segment<'_>) {
+        if !self.whole_groups || s.prev_end == 0 {
+            return;
+        }
+        let torn = match self.last_seg {
+            Some(l) if l.seq + 1 == s.seq => l.end < s.prev_end as usize,
+            // Segments between were in the same band: their slots were read.
+            Some(l) if l.band == band => self.blank_since,
+            // The writer fills a band before it opens the next one: if the
+            // first missing segment fit after the last one found, it was
+            // written there and is gone (the band's tail was blank).
+            Some(l) if l.seq < s.seq => {
+                let lay = &self.inner.layout;
+                let need = match l.seq + 2 == s.seq {
+                    true => lay
+                        .own_slots((s.prev_end as usize).saturating_sub(SEG_HEADER))
+                        .unwrap_or(1),
+                    false => 1,
+                };
+                l.next_slot + need <= lay.slots_per_band
+            }
+            Some(_) => false,
+            None => self.blank_since,
+        };
+        if torn && !self.cutting {
+            self.cutting = true;
+            self.cut += self.group.len() as u64;
+            self.group.clear();
         }
     }
 
+    /// Whether `e` is skipped as part of a torn burst (see `torn_before`).
     fn after_torn_write(&mut self, e: &SummaryEntry) -> bool {
-        let fresh = e.seq > self.fresh_max;
-        if fresh {
-            let prev = self.fresh_max;
-            self.fresh_max = e.seq;
-            if self.cutting && e.seq >= prev + SEQ_GAP_AT_OPEN {
-                self.cutting = false;
-            }
-            if let Some(next) = self.torn_after.take() {
-                if e.seq != next && e.seq < next + SEQ_GAP_AT_OPEN {
-                    self.cutting = true;
-                    self.cut += self.group.len() as u64;
-                    self.group.clear();
-                }
-            }
+        let prev = self.seen_max;
+        self.seen_max = prev.max(e.seq);
+        if self.cutting && e.seq >= prev + SEQ_GAP_AT_OPEN {
+            self.cutting = false;
         }
         if self.cutting {
             self.after_tear += 1;

@@ -50,6 +50,8 @@ pub(crate) struct Segment<'d> {
     pub used: usize,
     /// Where the entries came from.
     pub source: Source,
+    /// The header's `prev_end` (0: unknown, or the header was damaged).
+    pub prev_end: u32,
     /// The whole segment (`nslots` slots).
     pub data: &'d [u8],
 }
@@ -229,6 +231,7 @@ impl<'a> BandScanner<'a> {
                 (e, used, Source::Parsed)
             }
         };
+        let prev_end = SegmentHeader::decode(data).map_or(0, |h| h.prev_end);
         Ok(Segment {
             slot: i,
             nslots: k,
@@ -236,6 +239,7 @@ impl<'a> BandScanner<'a> {
             entries,
             used,
             source,
+            prev_end,
             data,
         })
     }
@@ -279,6 +283,7 @@ impl<'a> BandScanner<'a> {
             entries,
             used,
             source: Source::HeaderDamaged,
+            prev_end: 0,
             data,
         }))
     }
