@@ -96,10 +96,12 @@ pub fn create(a: &CreateArgs) -> CliResult<i32> {
     }
     let db = create_pool(&cfg, &new_files, a.force, Options::default())?;
     let layout = PoolLayout::of(&db);
+    let warnings = crate::pool::pool_warnings(&db, "warning: ");
     db.close()
         .map_err(|e| CliError::new(format!("closing the new pool: {e}")))?;
     println!("created a {} pool", layout.geometry.mode.name());
     print!("{}", layout.to_text("  "));
+    print!("{warnings}");
     if !crate::pool::sim_report().is_empty() {
         println!(
             "note: the pool is on emulated drives, which live in this process only; \

@@ -15,6 +15,7 @@ mod probe_create;
 mod progress;
 mod serve_nbd;
 mod stress;
+mod stress_enum;
 
 use clap::{Parser, Subcommand};
 use error::{CliResult, EXIT_ERROR};
@@ -122,7 +123,10 @@ enum Cmd {
     /// every acknowledged write and delete is there, in-flight writes are whole or absent and
     /// batches are atomic; the last child also runs `check`, GC and a checkpoint. With
     /// --faults, injects power cuts, torn writes, bit flips and I/O errors on in-memory
-    /// devices. Exit code 5 (and a replay command) when a guarantee is broken.
+    /// devices. With --enumerate, cuts power after every device write and sync of
+    /// deterministic scenarios (torn variants too) and checks each crash state; with
+    /// --damage, flips bytes in every kind of metadata block and checks that loss is limited,
+    /// reported and survivable. Exit code 5 (and a replay command) when a guarantee is broken.
     Stress(stress::StressArgs),
 
     /// Serve the pool's volumes over a network protocol (nbd)

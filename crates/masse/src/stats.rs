@@ -254,6 +254,9 @@ pub struct Stats {
     pub recovery_pad_records: u64,
     /// Problems recovery found and worked around (a damaged checkpoint, lost records).
     pub recovery_warnings: Vec<String>,
+    /// What recovery found that an ordinary crash leaves behind (a write torn at
+    /// the crash frontier, a batch cut short) or damage that cost nothing.
+    pub recovery_notes: Vec<String>,
     /// Checksum failures seen (on reads, GC or recovery).
     pub corruptions: u64,
     /// Per-device I/O.
@@ -349,6 +352,9 @@ impl Stats {
         );
         for w in &self.recovery_warnings {
             let _ = writeln!(s, "recovery warning     {w}");
+        }
+        for w in &self.recovery_notes {
+            let _ = writeln!(s, "recovery note        {w}");
         }
         let _ = writeln!(
             s,
