@@ -6,16 +6,18 @@ use super::*;
 
 impl Shared {
     /// Delete chunk records `from..to` of `ino`, skipping ones the index has never
-    /// seen, in batches.
-    pub(super) fn delete_chunks(&self, ino: u64, from: u64, to: u64) -> VfsResult<()> {
+    /// seen, in batches. Returns how many there were.
+    pub(super) fn delete_chunks(&self, ino: u64, from: u64, to: u64) -> VfsResult<u64> {
         let mut b = Batch::new();
-        let limit = (self.max_batch / 2).clamp(4096, 4 << 20);
+        let limit = self.step;
+        let mut n = 0;
         for idx in from..to {
             let k = chunk_key(ino, idx);
             if !self.db.may_contain(&k).unwrap_or(true) {
                 continue;
             }
             b.del(&k)?;
+            n += 1;
             if b.bytes >= limit {
                 std::mem::replace(&mut b, Batch::new()).commit(&self.db, self.max_batch)?;
             }
@@ -23,7 +25,9 @@ impl Shared {
         if b.bytes > 0 {
             b.commit(&self.db, self.max_batch)?;
         }
-        Ok(())
+        // Deleted data is space again.
+        self.space_stale();
+        Ok(n)
     }
 
     pub(super) fn read_chunk(
@@ -102,7 +106,7 @@ impl Shared {
             let dst = &mut out[(pos - off) as usize..(pos - off) as usize + n];
             let data: Option<&[u8]> = if let Some(b) = st.dirty.get(&idx) {
                 self.c.buffer_hits.fetch_add(1, Relaxed);
-                Some(b)
+                Some(&b.data)
             } else {
                 wanted
                     .binary_search(&idx)
@@ -160,7 +164,20 @@ impl Shared {
         if data.is_empty() {
             return Ok(());
         }
+        if let Some(e) = st.wb_err.take() {
+            // An earlier write-out of this file failed: its writer hears it now.
+            return Err(e);
+        }
         let cs = self.cs;
+        // New space this write takes (chunks neither buffered nor stored) is
+        // admitted before anything is buffered, so a full pool refuses the write
+        // itself rather than a later write-out.
+        let first = off / cs;
+        let fresh: Vec<bool> = (first..=(end - 1) / cs)
+            .map(|i| !st.dirty.contains_key(&i) && !self.stored(ino, i))
+            .collect();
+        let mut unbuffered = fresh.iter().filter(|&&f| f).count() as u64;
+        self.admit(unbuffered)?;
         let mut pos = off;
         let before = st.dirty_bytes(self.cs);
         while pos < end {
@@ -170,26 +187,20 @@ impl Shared {
             let o = (pos - cstart) as usize;
             let n = (cend - pos) as usize;
             if !st.dirty.contains_key(&idx) {
-                // A chunk wholly overwritten needs no read; otherwise merge with
-                // what is durable (clamped to the durable size: bytes past it are
-                // leftovers of an interrupted write-out).
-                let base = if o == 0 && n == cs as usize {
-                    Vec::with_capacity(cs as usize)
-                } else {
-                    let mut v = self.read_chunk(st, ino, idx)?.unwrap_or_default();
-                    // A chunk inside the file but past what was durable is a hole.
-                    let inside = st.inode.size.saturating_sub(cstart).min(cs) as usize;
-                    v.truncate(inside);
-                    v.reserve_exact(cs as usize - v.len());
-                    v
-                };
-                st.dirty.insert(idx, base);
-            }
-            if let Some(buf) = st.dirty.get_mut(&idx) {
-                if buf.len() < o + n {
-                    buf.resize(o + n, 0);
+                let new = fresh[(idx - first) as usize];
+                let whole = o == 0 && n == cs as usize;
+                if let Err(e) = self.buffer_chunk(st, ino, idx, whole, new) {
+                    // Give back the room of what will not be buffered now.
+                    self.release_new(unbuffered);
+                    return Err(e);
                 }
-                buf[o..o + n]
+                unbuffered -= new as u64;
+            }
+            if let Some(d) = st.dirty.get_mut(&idx) {
+                if d.data.len() < o + n {
+                    d.data.resize(o + n, 0);
+                }
+                d.data[o..o + n]
                     .copy_from_slice(&data[(pos - off) as usize..(pos - off) as usize + n]);
             }
             pos = cend;
@@ -209,63 +220,47 @@ impl Shared {
         if after > self.opts.max_dirty_per_file
             || self.dirty_total.load(Relaxed) > self.opts.max_dirty_total
         {
-            self.flush_locked(ino, st)?;
+            self.flush_for_caller(ino, st)?;
         }
         Ok(())
     }
 
-    /// Write a file's buffered chunks and attributes. The inode goes in the last
-    /// batch; when the data needs several batches, the first raises the durable
-    /// `alloc_chunks` so that a crash in between leaves only chunks the next load
-    /// deletes (docs/vfile.md §5).
-    pub(super) fn flush_locked(&self, ino: u64, st: &mut NodeState) -> VfsResult<()> {
-        if st.gone || (st.dirty.is_empty() && !st.attr_dirty) {
-            return Ok(());
-        }
-        let limit = (self.max_batch / 2).clamp(4096, 4 << 20);
-        let total: usize = st
-            .dirty
-            .values()
-            .map(|v| rec_cost(25, v.len()))
-            .sum::<usize>()
-            + 256;
-        let mut b = Batch::new();
-        if total > limit {
-            let mut first = st.disk.clone();
-            first.alloc_chunks = first.alloc_chunks.max(st.inode.alloc_chunks);
-            b.put(&inode_key(ino), &first.encode())?;
-        }
-        let mut written = 0u64;
-        let mut nchunks = 0u64;
-        for (&idx, v) in &st.dirty {
-            let k = chunk_key(ino, idx);
-            if v.iter().all(|&x| x == 0) {
-                // All zeros: a hole costs a tombstone instead of a chunk.
-                if self.db.may_contain(&k).unwrap_or(true) {
-                    b.del(&k)?;
-                    nchunks += 1;
-                }
-            } else {
-                b.put(&k, v)?;
-                written += v.len() as u64;
-                nchunks += 1;
-            }
-            if b.bytes >= limit {
-                std::mem::replace(&mut b, Batch::new()).commit(&self.db, self.max_batch)?;
-            }
-        }
-        b.put(&inode_key(ino), &st.inode.encode())?;
-        b.commit(&self.db, self.max_batch)?;
-        let dropped = st.dirty_bytes(self.cs);
-        st.dirty.clear();
-        self.dirty_total
-            .fetch_sub(dropped.min(self.dirty_total.load(Relaxed)), Relaxed);
-        st.disk = st.inode.clone();
-        st.attr_dirty = false;
-        st.dirty_since = None;
-        self.c.flushes.fetch_add(1, Relaxed);
-        self.c.flushed_bytes.fetch_add(written, Relaxed);
-        self.c.chunk_writes.fetch_add(nchunks, Relaxed);
+    /// Whether chunk `idx` of `ino` has a record (a DRAM index probe).
+    pub(super) fn stored(&self, ino: u64, idx: u64) -> bool {
+        self.db.may_contain(&chunk_key(ino, idx)).unwrap_or(true)
+    }
+
+    /// Start buffering chunk `idx`. A chunk wholly overwritten needs no read;
+    /// otherwise it starts from what is durable (clamped to the durable size:
+    /// bytes past it are leftovers of an interrupted write-out).
+    fn buffer_chunk(
+        &self,
+        st: &mut NodeState,
+        ino: u64,
+        idx: u64,
+        whole: bool,
+        new: bool,
+    ) -> VfsResult<()> {
+        let cs = self.cs;
+        let data = if whole {
+            Vec::with_capacity(cs as usize)
+        } else {
+            let mut v = self.read_chunk(st, ino, idx)?.unwrap_or_default();
+            // A chunk inside the file but past what was durable is a hole.
+            let inside = st.inode.size.saturating_sub(idx * cs).min(cs) as usize;
+            // Grown as writes reach further: a small file's only chunk stays small.
+            v.truncate(inside);
+            v
+        };
+        st.dirty.insert(
+            idx,
+            DirtyChunk {
+                data,
+                new,
+                keep: false,
+            },
+        );
+        st.new_dirty += new as u64;
         Ok(())
     }
 
@@ -339,28 +334,24 @@ impl Shared {
             return Ok(());
         }
         let keep = chunks_of(size, cs);
-        let before = st.dirty_bytes(self.cs);
-        st.dirty.retain(|&i, _| i < keep);
+        self.discard_dirty(st, |i| i >= keep);
         let tail = (size % cs) as usize;
         if tail != 0 {
             let idx = size / cs;
             if !st.dirty.contains_key(&idx) {
-                if let Some(v) = self.read_chunk(st, ino, idx)? {
-                    st.dirty.insert(idx, v);
+                if let Some(data) = self.read_chunk(st, ino, idx)? {
+                    let d = DirtyChunk {
+                        data,
+                        new: false,
+                        keep: false,
+                    };
+                    st.dirty.insert(idx, d);
+                    self.dirty_total.fetch_add(cs as usize, Relaxed);
                 }
             }
-            if let Some(v) = st.dirty.get_mut(&idx) {
-                v.truncate(tail);
+            if let Some(d) = st.dirty.get_mut(&idx) {
+                d.data.truncate(tail);
             }
-        }
-        let after = st.dirty_bytes(self.cs);
-        if after >= before {
-            self.dirty_total.fetch_add(after - before, Relaxed);
-        } else {
-            self.dirty_total.fetch_sub(
-                (before - after).min(self.dirty_total.load(Relaxed)),
-                Relaxed,
-            );
         }
         st.inode.size = size;
         st.inode.mtime = now;
@@ -370,14 +361,8 @@ impl Shared {
         // alloc_chunks, so a crash leaves the cut chunks to the next load to
         // delete), then the chunks past the end, then the lowered alloc_chunks.
         self.flush_locked(ino, st)?;
-        let hi = st.disk.alloc_chunks;
-        if hi > keep {
-            self.delete_chunks(ino, keep, hi)?;
-            st.inode.alloc_chunks = keep;
-            let mut d = st.disk.clone();
-            d.alloc_chunks = keep;
-            self.db.put(&inode_key(ino), &d.encode())?;
-            st.disk = d;
+        if st.disk.alloc_chunks > keep {
+            self.trim_tail(ino, st)?;
         }
         Ok(())
     }

@@ -18,20 +18,24 @@
 //!
 //! The layer takes no dependency on FUSE; `masse-fuse` maps kernel requests to it.
 
+mod cache;
 mod data;
 mod dir;
 mod error;
 mod record;
+mod space;
+mod writeout;
 
 pub use error::{VfsError, VfsResult};
 pub use record::{Kind, Time, VFS_VERSION};
 
 use crate::{Db, WriteBatch};
+use cache::evictable;
 use dir::{bucket_count, DirPages};
 use parking_lot::{Condvar, Mutex, RwLock};
 use record::{
-    decode_orphans, decode_page, encode_orphans, encode_page, inode_key, orphan_key, page_key,
-    super_key, DEntry, Inode, Super,
+    chunk_key, decode_orphans, decode_page, encode_orphans, encode_page, inode_key, orphan_key,
+    page_key, super_key, DEntry, Inode, Super,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -68,6 +72,10 @@ pub struct VfsOptions {
     /// A user who mounts a new pool expects to own its root, as with a freshly
     /// made file system they own; an existing file layer keeps its owner.
     pub root_owner: (u32, u32),
+    /// Inodes kept in DRAM when neither open nor holding buffered data: beyond
+    /// this, the least recently used clean ones are dropped (and read again from
+    /// the pool when needed), whether or not the kernel still remembers them.
+    pub max_cached_inodes: usize,
 }
 
 impl Default for VfsOptions {
@@ -78,6 +86,7 @@ impl Default for VfsOptions {
             max_dirty_total: 256 << 20,
             writeback_interval: Some(Duration::from_secs(5)),
             root_owner: (0, 0),
+            max_cached_inodes: 4096,
         }
     }
 }
@@ -99,7 +108,7 @@ pub struct Attr {
     pub nlink: u32,
     /// Size in bytes (directories: number of entries).
     pub size: u64,
-    /// 512-byte blocks (the size rounded up; holes are not subtracted).
+    /// 512-byte blocks allocated (holes take none; at most the size rounded up).
     pub blocks: u64,
     /// Preferred I/O size: the chunk size.
     pub blksize: u32,
@@ -142,10 +151,14 @@ pub struct DirEntry {
 /// Space and inode figures for `statfs`.
 #[derive(Clone, Debug)]
 pub struct StatFs {
-    /// Bytes of the capacity tier.
+    /// Bytes of records the capacity tier holds (every band's payload).
     pub total_bytes: u64,
-    /// Bytes not holding live records.
+    /// Bytes not holding live records (the reserve bands included).
     pub free_bytes: u64,
+    /// Bytes file data can still take: the engine's user-available space (reserve
+    /// bands left out) less buffered data not yet written. Writes of new data are
+    /// refused with ENOSPC beyond it.
+    pub avail_bytes: u64,
     /// Chunk size.
     pub block_size: u32,
     /// Inode numbers handed out so far.
@@ -171,6 +184,14 @@ pub struct VfsStats {
     pub namespace_ops: u64,
     /// Inodes purged (last link and last open gone).
     pub purged: u64,
+    /// Writes refused with ENOSPC before buffering (not enough free space).
+    pub writes_refused: u64,
+    /// Write-outs that failed; their data was dropped and the error reported.
+    pub writeout_errors: u64,
+    /// Clean inodes dropped from DRAM to keep the cache within its bound.
+    pub evictions: u64,
+    /// Inodes in DRAM now.
+    pub cached_inodes: u64,
 }
 
 #[derive(Default)]
@@ -182,6 +203,20 @@ struct Counters {
     flushed_bytes: AtomicU64,
     namespace_ops: AtomicU64,
     purged: AtomicU64,
+    writes_refused: AtomicU64,
+    writeout_errors: AtomicU64,
+    evictions: AtomicU64,
+}
+
+/// A buffered chunk.
+struct DirtyChunk {
+    /// Bytes from the chunk start (shorter = zeros after).
+    data: Vec<u8>,
+    /// The chunk had no record when buffered: writing it takes new space, which
+    /// was admitted against the pool's free space (`Shared::pending_new`).
+    new: bool,
+    /// Store it even if all zeros (space reserved by `fallocate`).
+    keep: bool,
 }
 
 struct NodeState {
@@ -189,8 +224,13 @@ struct NodeState {
     inode: Inode,
     /// The inode as last made durable.
     disk: Inode,
-    /// Buffered chunks: index → bytes from the chunk start (shorter = zeros after).
-    dirty: BTreeMap<u64, Vec<u8>>,
+    /// Buffered chunks by index.
+    dirty: BTreeMap<u64, DirtyChunk>,
+    /// How many of `dirty` are `new`.
+    new_dirty: u64,
+    /// A write-out that failed where no caller could be told (the write-back
+    /// thread, a last release): reported by the next write, flush or fsync.
+    wb_err: Option<VfsError>,
     attr_dirty: bool,
     dirty_since: Option<Instant>,
     /// Open handles (files).
@@ -204,6 +244,8 @@ struct NodeState {
 struct Node {
     ino: u64,
     st: RwLock<NodeState>,
+    /// Used since the cache last looked (CLOCK: a second chance before eviction).
+    used: AtomicBool,
 }
 
 struct Shared {
@@ -211,12 +253,22 @@ struct Shared {
     cs: u64,
     opts: VfsOptions,
     max_batch: usize,
+    /// Bytes per batch of a write-out or a chunk deletion: at most a quarter of a
+    /// band, so that rewriting data on a nearly full pool goes in steps GC can
+    /// follow (each step's dead copies make room for the next).
+    step: usize,
     nodes: Mutex<HashMap<u64, Arc<Node>>>,
     /// Serialises namespace changes (they are durable batches; data I/O does not take it).
     ns: Mutex<()>,
     ino: Mutex<(u64, u64)>,
     orphans: Mutex<Vec<u64>>,
     dirty_total: AtomicUsize,
+    /// Band room admitted for buffered new chunks not yet written.
+    pending_new: AtomicU64,
+    /// Band room one chunk record takes (`Db::record_room`).
+    chunk_room: u64,
+    /// The engine's user-available bytes and when they were read (`None`: stale).
+    space: Mutex<Option<(Instant, u64)>>,
     c: Counters,
     stop: (Mutex<bool>, Condvar),
 }
@@ -301,12 +353,23 @@ impl NodeState {
             gid: i.gid,
             nlink: i.nlink,
             size: i.size,
-            blocks: i.size.div_ceil(512),
+            blocks: self.blocks(cs),
             blksize: cs as u32,
             atime: i.atime,
             mtime: i.mtime,
             ctime: i.ctime,
         }
+    }
+    /// 512-byte blocks allocated: a file's stored and buffered-new chunks (holes
+    /// take none), never more than its size rounded up.
+    fn blocks(&self, cs: u64) -> u64 {
+        let i = &self.inode;
+        let size = i.size.div_ceil(512) * 512;
+        if i.kind != Kind::File {
+            return size / 512;
+        }
+        let chunks = i.stored_chunks.saturating_add(self.new_dirty);
+        chunks.saturating_mul(cs).min(size) / 512
     }
     fn live(&self) -> VfsResult<()> {
         if self.gone {
@@ -352,16 +415,25 @@ impl Vfs {
             Some(v) => decode_orphans(&v)?,
             None => Vec::new(),
         };
+        let chunk_room = db.record_room(chunk_key(0, 0).len(), sup.chunk_size as usize);
+        let step = (max_batch / 2)
+            .min(4 << 20)
+            .min((db.space().band_payload / 4) as usize)
+            .max(4096);
         let sh = Arc::new(Shared {
             db,
             cs: sup.chunk_size as u64,
             opts,
             max_batch,
+            step,
             nodes: Mutex::new(HashMap::new()),
             ns: Mutex::new(()),
             ino: Mutex::new((sup.ino_limit, sup.ino_limit)),
             orphans: Mutex::new(orphans.clone()),
             dirty_total: AtomicUsize::new(0),
+            pending_new: AtomicU64::new(0),
+            chunk_room,
+            space: Mutex::new(None),
             c: Counters::default(),
             stop: (Mutex::new(false), Condvar::new()),
         });
@@ -552,6 +624,8 @@ impl Vfs {
             if st.inode.nlink == 0 {
                 true
             } else {
+                // Normally nothing is left: `flush` wrote it at close. A failure
+                // here stays on the inode for the next writer to hear.
                 self.sh.flush_locked(ino, &mut st)?;
                 false
             }
@@ -601,7 +675,32 @@ impl Vfs {
         let n = self.sh.node(ino)?;
         let mut st = n.st.write();
         st.live()?;
-        self.sh.flush_locked(ino, &mut st)
+        self.sh.flush_for_caller(ino, &mut st)
+    }
+
+    /// Write the file's buffered data out now and report what went wrong with it,
+    /// including a failed background write-out since the last report (FUSE
+    /// `flush`, sent at every close: so a full pool reaches the writer at close at
+    /// the latest, not at the last release, whose errors the kernel drops).
+    pub fn flush(&self, ino: u64) -> VfsResult<()> {
+        let n = self.sh.node(ino)?;
+        let mut st = n.st.write();
+        if st.gone {
+            // Unlinked and purged while open: nothing is left to write.
+            return Ok(());
+        }
+        self.sh.flush_for_caller(ino, &mut st)
+    }
+
+    /// Allocate `[off, off + len)` of file `ino` (`posix_fallocate`), extending it
+    /// as needed: NoSpace at once if the space is not there; otherwise the range
+    /// holds stored chunks (of zeros where it had holes) when this returns, taken
+    /// out of the space other writes are admitted to.
+    pub fn fallocate(&self, ino: u64, off: u64, len: u64) -> VfsResult<()> {
+        let n = self.sh.node(ino)?;
+        let mut st = n.st.write();
+        st.live()?;
+        self.sh.fallocate_locked(ino, &mut st, off, len)
     }
 
     /// Make every file's buffered data durable.
@@ -611,29 +710,21 @@ impl Vfs {
 
     /// Drop `ino` from the DRAM cache if it is clean and not open (FUSE `forget`).
     pub fn forget(&self, ino: u64) {
-        if ino == ROOT_INO {
-            return;
-        }
         let mut t = self.sh.nodes.lock();
-        let evict = match t.get(&ino) {
-            Some(n) => match n.st.try_read() {
-                Some(st) => st.open == 0 && st.dirty.is_empty() && !st.attr_dirty,
-                None => false,
-            },
-            None => false,
-        };
-        if evict {
+        if t.get(&ino).is_some_and(|n| evictable(ino, n)) {
             t.remove(&ino);
         }
     }
 
     /// Space figures.
     pub fn statfs(&self) -> StatFs {
-        let s = self.sh.db.stats();
-        let total = s.band_size * s.bands_total as u64;
+        self.sh.space_stale();
+        let s = self.sh.db.space();
+        let total = s.band_payload * s.bands_total as u64;
         StatFs {
             total_bytes: total,
             free_bytes: total.saturating_sub(s.live_bytes),
+            avail_bytes: self.sh.avail_data_bytes(),
             block_size: self.sh.cs as u32,
             inodes_used: self.sh.ino.lock().0,
         }
@@ -651,6 +742,10 @@ impl Vfs {
             dirty_bytes: self.sh.dirty_total.load(Relaxed) as u64,
             namespace_ops: c.namespace_ops.load(Relaxed),
             purged: c.purged.load(Relaxed),
+            writes_refused: c.writes_refused.load(Relaxed),
+            writeout_errors: c.writeout_errors.load(Relaxed),
+            evictions: c.evictions.load(Relaxed),
+            cached_inodes: self.sh.nodes.lock().len() as u64,
         }
     }
 
@@ -681,40 +776,6 @@ impl Drop for Vfs {
 }
 
 impl Shared {
-    /// The node of `ino`, loading it on a miss. The table lock is held across the
-    /// load so that a load cannot race the removal of a purged inode.
-    fn node(&self, ino: u64) -> VfsResult<Arc<Node>> {
-        let mut t = self.nodes.lock();
-        if let Some(n) = t.get(&ino) {
-            return Ok(n.clone());
-        }
-        let v = self.db.get(&inode_key(ino))?.ok_or(VfsError::NotFound)?;
-        let mut inode = Inode::decode(&v)?;
-        if inode.kind == Kind::File && inode.alloc_chunks > chunks_of(inode.size, self.cs) {
-            // Chunks past the end survive a crash inside a truncate or a multi-batch
-            // write-out; they must not reappear if the file grows again.
-            let keep = chunks_of(inode.size, self.cs);
-            self.delete_chunks(ino, keep, inode.alloc_chunks)?;
-            inode.alloc_chunks = keep;
-            self.db.put(&inode_key(ino), &inode.encode())?;
-        }
-        let n = Arc::new(Node {
-            ino,
-            st: RwLock::new(NodeState {
-                disk: inode.clone(),
-                inode,
-                dirty: BTreeMap::new(),
-                attr_dirty: false,
-                dirty_since: None,
-                open: 0,
-                gone: false,
-                dir: None,
-            }),
-        });
-        t.insert(ino, n.clone());
-        Ok(n)
-    }
-
     fn load_pages(&self, ino: u64, inode: &Inode) -> VfsResult<DirPages> {
         let nb = bucket_count(inode.level, inode.split);
         let mut pages = Vec::with_capacity(nb as usize);
@@ -799,28 +860,6 @@ impl Shared {
             }
         }
         Ok(())
-    }
-
-    fn new_node(&self, ino: u64, inode: Inode) -> Arc<Node> {
-        let dir = (inode.kind == Kind::Dir).then(|| DirPages {
-            pages: vec![Vec::new()],
-            ..Default::default()
-        });
-        let n = Arc::new(Node {
-            ino,
-            st: RwLock::new(NodeState {
-                disk: inode.clone(),
-                inode,
-                dirty: BTreeMap::new(),
-                attr_dirty: false,
-                dirty_since: None,
-                open: 0,
-                gone: false,
-                dir,
-            }),
-        });
-        self.nodes.lock().insert(ino, n.clone());
-        n
     }
 
     /// create / mkdir / symlink.
@@ -1260,12 +1299,10 @@ impl Shared {
         if st.gone {
             return Ok(());
         }
-        let dropped = st.dirty_bytes(self.cs);
-        st.dirty.clear();
-        self.dirty_total
-            .fetch_sub(dropped.min(self.dirty_total.load(Relaxed)), Relaxed);
+        self.discard_dirty(&mut st, |_| true);
         st.attr_dirty = false;
         st.dirty_since = None;
+        st.wb_err = None;
         if st.inode.kind == Kind::File {
             let hi = st.disk.alloc_chunks.max(st.inode.alloc_chunks);
             self.delete_chunks(ino, 0, hi)?;
