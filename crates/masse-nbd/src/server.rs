@@ -631,23 +631,7 @@ impl Server {
         for (_, c) in conns.live.drain() {
             let _ = c.thread.join();
         }
-        // Everything acknowledged is made durable before returning, FUA or not.
-        let mut result = Ok(());
-        for e in &self.shared.exports {
-            if e.read_only {
-                continue;
-            }
-            if let Err(err) = e.backend.flush() {
-                eprintln!(
-                    "masse-nbd: flushing export {:?} at shutdown failed: {err}",
-                    e.name
-                );
-                result = Err(ServerError::Config(format!(
-                    "flushing export {:?} at shutdown failed: {err}",
-                    e.name
-                )));
-            }
-        }
+        let result = flush_exports(&self.shared.exports);
         let Server {
             shared, listeners, ..
         } = self;
@@ -663,6 +647,19 @@ impl Server {
         }
         result
     }
+}
+
+/// Everything acknowledged is made durable before the server returns, FUA or not.
+fn flush_exports(exports: &[Arc<Export>]) -> Result<(), ServerError> {
+    let mut result = Ok(());
+    for e in exports.iter().filter(|e| !e.read_only) {
+        if let Err(err) = e.backend.flush() {
+            let m = format!("flushing export {:?} at shutdown failed: {err}", e.name);
+            eprintln!("masse-nbd: {m}");
+            result = Err(ServerError::Config(m));
+        }
+    }
+    result
 }
 
 /// A live connection as the acceptor holds it.

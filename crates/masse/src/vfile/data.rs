@@ -4,6 +4,34 @@
 use super::record::{chunk_key, inode_key};
 use super::*;
 
+/// The part of one chunk a byte range `[off, end)` covers.
+struct Span {
+    /// Chunk index.
+    idx: u64,
+    /// Offset in the chunk.
+    o: usize,
+    /// Bytes.
+    n: usize,
+    /// Offset in the range.
+    at: usize,
+}
+
+/// The chunks of size `cs` that `[off, end)` covers, in order.
+fn spans(off: u64, end: u64, cs: u64) -> impl Iterator<Item = Span> {
+    let first = off / cs;
+    let last = if end > off { (end - 1) / cs + 1 } else { first };
+    (first..last).map(move |idx| {
+        let from = (idx * cs).max(off);
+        let to = ((idx + 1) * cs).min(end);
+        Span {
+            idx,
+            o: (from - idx * cs) as usize,
+            n: (to - from) as usize,
+            at: (from - off) as usize,
+        }
+    })
+}
+
 impl Shared {
     /// Delete chunk records `from..to` of `ino`, skipping ones the index has never
     /// seen, in batches. Returns how many there were.
@@ -96,14 +124,8 @@ impl Shared {
             .filter(|i| !st.dirty.contains_key(i) && i * cs < st.disk.size)
             .collect();
         let fetched = self.read_chunks(st, ino, &wanted)?;
-        let mut pos = off;
-        while pos < end {
-            let idx = pos / cs;
-            let cstart = idx * cs;
-            let cend = (cstart + cs).min(end);
-            let o = (pos - cstart) as usize;
-            let n = (cend - pos) as usize;
-            let dst = &mut out[(pos - off) as usize..(pos - off) as usize + n];
+        for Span { idx, o, n, at } in spans(off, end, cs) {
+            let dst = &mut out[at..at + n];
             let data: Option<&[u8]> = if let Some(b) = st.dirty.get(&idx) {
                 self.c.buffer_hits.fetch_add(1, Relaxed);
                 Some(&b.data)
@@ -119,7 +141,6 @@ impl Shared {
                     dst[..m].copy_from_slice(&d[o..o + m]);
                 }
             }
-            pos = cend;
         }
         Ok(out)
     }
@@ -178,14 +199,8 @@ impl Shared {
             .collect();
         let mut unbuffered = fresh.iter().filter(|&&f| f).count() as u64;
         self.admit(unbuffered)?;
-        let mut pos = off;
         let before = st.dirty_bytes(self.cs);
-        while pos < end {
-            let idx = pos / cs;
-            let cstart = idx * cs;
-            let cend = (cstart + cs).min(end);
-            let o = (pos - cstart) as usize;
-            let n = (cend - pos) as usize;
+        for Span { idx, o, n, at } in spans(off, end, cs) {
             if !st.dirty.contains_key(&idx) {
                 let new = fresh[(idx - first) as usize];
                 let whole = o == 0 && n == cs as usize;
@@ -200,10 +215,8 @@ impl Shared {
                 if d.data.len() < o + n {
                     d.data.resize(o + n, 0);
                 }
-                d.data[o..o + n]
-                    .copy_from_slice(&data[(pos - off) as usize..(pos - off) as usize + n]);
+                d.data[o..o + n].copy_from_slice(&data[at..at + n]);
             }
-            pos = cend;
         }
         let now = Time::now();
         let i = &mut st.inode;
