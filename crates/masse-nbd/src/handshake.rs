@@ -418,17 +418,28 @@ impl Negotiation<'_> {
 /// How long a refused client is given to say what it wants before it is told.
 const REFUSE_WITHIN: Duration = Duration::from_secs(2);
 
-/// Tell a client the server is full: the greeting, then its first option is
-/// answered `NBD_REP_ERR_POLICY` with `why` (clients print it), then close. A
-/// client that uses `NBD_OPT_EXPORT_NAME` (which cannot fail politely) or says
-/// nothing within 2 s is just closed.
+/// Tell a client the server is full: the greeting, then every option is answered
+/// `NBD_REP_ERR_POLICY` with `why` until the one that picks an export (`GO` or
+/// `INFO`: clients print the message and give up), then close. A client that
+/// uses `NBD_OPT_EXPORT_NAME` (which cannot fail politely) or dawdles past 2 s is
+/// just closed.
 pub(crate) fn refuse(mut s: Stream, why: &str) {
     let mut d = Deadline::new(&mut s, REFUSE_WITHIN, None);
     let told = (|| -> Result<(), Violation> {
         greet(&mut d)?;
-        let (opt, _) = read_option(&mut d)?;
-        if opt != OPT_EXPORT_NAME {
-            opt_error(&mut d, opt, REP_ERR_POLICY, why)?;
+        for _ in 0..16 {
+            let (opt, _) = read_option(&mut d)?;
+            match opt {
+                OPT_EXPORT_NAME => break,
+                OPT_ABORT => {
+                    opt_reply(&mut d, opt, REP_ACK, &[])?;
+                    break;
+                }
+                _ => opt_error(&mut d, opt, REP_ERR_POLICY, why)?,
+            }
+            if opt == OPT_GO || opt == OPT_INFO {
+                break;
+            }
         }
         Ok(())
     })();
