@@ -53,8 +53,7 @@ impl Shared {
         if b.bytes > 0 {
             b.commit(&self.db, self.max_batch)?;
         }
-        // Deleted data is space again.
-        self.space_stale();
+        // Deleted data is space again: the next refusal reads the space afresh.
         Ok(n)
     }
 

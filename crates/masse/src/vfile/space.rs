@@ -4,10 +4,11 @@
 //! figure programs are refused by.
 //!
 //! The free space is the engine's `Space::user_available_bytes` (reserve bands
-//! left out), read at most every [`SPACE_TTL`] and after every write-out or
-//! delete; buffered new chunks not yet written hold their room in
-//! `Shared::pending_new` meanwhile. Overwrites of stored chunks are not counted:
-//! they replace records, and the space they leave dead is GC's to win back.
+//! left out), read at most every [`SPACE_TTL`] (and again before a refusal),
+//! with what write-outs store counted off in between; buffered new chunks not
+//! yet written hold their room in `Shared::pending_new`. Overwrites of stored
+//! chunks are not counted: they replace records, and the space they leave dead
+//! is GC's to win back.
 
 use super::*;
 
@@ -28,9 +29,18 @@ impl Shared {
         }
     }
 
-    /// Forget the free-space reading (data was written or deleted).
+    /// Forget the free-space reading (after a failure, or for `statfs`).
     pub(super) fn space_stale(&self) {
         *self.space.lock() = None;
+    }
+
+    /// `n` new chunks were written: take their room off the reading, which errs
+    /// high only until the next one (deletes make it err low, and a refusal reads
+    /// the space again before it refuses).
+    pub(super) fn space_taken(&self, n: u64) {
+        if let Some((_, v)) = self.space.lock().as_mut() {
+            *v = v.saturating_sub(n * self.chunk_room);
+        }
     }
 
     /// Hold room for `n` new chunks, or refuse with NoSpace.

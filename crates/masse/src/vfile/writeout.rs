@@ -60,6 +60,7 @@ impl Shared {
             first = Some(f);
         }
         let (mut written, mut nchunks, mut stored) = (0u64, 0u64, st.inode.stored_chunks);
+        let before = stored;
         for (&idx, d) in &st.dirty {
             let k = chunk_key(ino, idx);
             if !d.keep && d.data.iter().all(|&x| x == 0) {
@@ -90,7 +91,9 @@ impl Shared {
         st.disk = st.inode.clone();
         st.attr_dirty = false;
         st.dirty_since = None;
-        self.space_stale();
+        // The new chunks now take pool space: count them off the reading rather
+        // than read it again (a pass over every band) after each write-out.
+        self.space_taken(stored.saturating_sub(before));
         self.c.flushes.fetch_add(1, Relaxed);
         self.c.flushed_bytes.fetch_add(written, Relaxed);
         self.c.chunk_writes.fetch_add(nchunks, Relaxed);
