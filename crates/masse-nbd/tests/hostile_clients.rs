@@ -5,7 +5,8 @@
 //!   existing clients keep working; idle and silent (half-open) connections give
 //!   their slot to newcomers; a handshake trickled byte by byte ends at
 //!   `handshake_timeout`; a write whose payload stops arriving is dropped and
-//!   gives back the memory it held;
+//!   gives back the memory it held; TCP connections carry keep-alive probes, so
+//!   a peer that vanished (half-open) is found even while idle;
 //! - memory: sixteen connections pushing 4 × 32 MiB writes each at a stalled
 //!   backend keep the server within `max_buffer_bytes` (RSS measured), and the
 //!   memory goes back once they are done.
@@ -268,13 +269,17 @@ impl Backend for GatedSink {
     }
 }
 
-/// A server exporting a gated sink as "disk".
-fn gated(cfg: ServerConfig) -> (tempfile::TempDir, std::path::PathBuf, Arc<Gate>, Running2) {
-    let gate = Arc::new(Gate {
+fn new_gate() -> Arc<Gate> {
+    Arc::new(Gate {
         open: Mutex::new(false),
         cv: Condvar::new(),
         writes: AtomicU64::new(0),
-    });
+    })
+}
+
+/// A server exporting a gated sink as "disk".
+fn gated(cfg: ServerConfig) -> (tempfile::TempDir, std::path::PathBuf, Arc<Gate>, Running2) {
+    let gate = new_gate();
     let exports = vec![Export {
         name: "disk".into(),
         backend: Arc::new(GatedSink(gate.clone())),
@@ -408,4 +413,62 @@ fn a_write_whose_payload_stops_is_dropped_and_frees_its_memory() {
     assert!(closed(&mut half.s), "the stalled writer is still connected");
     assert_eq!(run.stats.stalled.load(Relaxed), 1);
     c.disconnect();
+}
+
+/// The kernel's timer on the TCP socket from local port `local` to remote port
+/// `remote` (`/proc/net/tcp`, IPv4): (timer kind, centiseconds until it fires).
+/// Kind 2 is the keep-alive timer; 0 means no timer is armed.
+fn tcp_timer(local: u16, remote: u16) -> Option<(u32, u64)> {
+    let t = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let port = |a: &str| {
+        a.rsplit(':')
+            .next()
+            .and_then(|p| u16::from_str_radix(p, 16).ok())
+    };
+    t.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 6 || port(f[1]) != Some(local) || port(f[2]) != Some(remote) {
+            return None;
+        }
+        let (kind, when) = f[5].split_once(':')?;
+        Some((
+            u32::from_str_radix(kind, 16).ok()?,
+            u64::from_str_radix(when, 16).ok()?,
+        ))
+    })
+}
+
+#[test]
+fn tcp_connections_probe_peers_that_vanished() {
+    let _g = serial();
+    let exports = vec![Export {
+        name: "disk".into(),
+        backend: Arc::new(GatedSink(new_gate())),
+        read_only: false,
+    }];
+    let mut srv = Server::new(exports, ServerConfig::default()).expect("server");
+    let addr = srv.listen_tcp("127.0.0.1:0").expect("listen on TCP");
+    let run = Running2 {
+        stop: srv.stop_handle(),
+        stats: srv.stats(),
+        thread: Some(std::thread::spawn(move || srv.run().expect("run"))),
+    };
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut g = [0u8; 18];
+    c.read_exact(&mut g)
+        .expect("greeting: the server has accepted");
+    let me = c.local_addr().unwrap().port();
+    // An idle connection whose peer may have vanished (a half-open connection) is
+    // probed: the server's end has its keep-alive timer armed, due within a minute.
+    let timer = tcp_timer(addr.port(), me);
+    eprintln!("server end of an idle TCP connection: timer {timer:?} (kind 2 = keep-alive)");
+    let (kind, when) = timer.expect("the server's end of the connection in /proc/net/tcp");
+    assert_eq!(
+        kind, 2,
+        "no keep-alive timer on the server's end of a TCP connection"
+    );
+    assert!(when <= 60 * 100, "the first probe is {when} cs away");
+    drop(c);
+    drop(run);
 }
