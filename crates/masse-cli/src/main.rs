@@ -150,10 +150,11 @@ enum Cmd {
     /// engine. The first mount of a pool creates the file layer. Runs in the foreground;
     /// unmount with `fusermount3 -u DIR` (or `umount DIR` as root), Ctrl-C, SIGTERM or
     /// SIGHUP: buffered data is written out and the pool closed cleanly. Data is durable
-    /// at fsync, at the last close of a file, and within --writeback-secs otherwise;
+    /// at fsync, at every close of a file, and within --writeback-secs otherwise;
     /// namespace changes (create, rename, unlink, mkdir) are durable when they return,
     /// and a rename is atomic across a crash. Errors map to errno: ENOENT, EEXIST,
-    /// ENOTEMPTY, ENOSPC (pool full), EIO (checksum failure).
+    /// ENOTEMPTY, ENOSPC (pool full: reported by the write, or at the latest by the
+    /// close or fsync, never only at unmount), EIO (checksum failure).
     #[command(mut_arg("capacity", |a| a.required(true)))]
     Mount(mount::MountArgs),
 

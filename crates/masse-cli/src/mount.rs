@@ -47,6 +47,12 @@ pub struct MountArgs {
     #[arg(long, default_value_t = 5, value_name = "SECS")]
     pub writeback_secs: u64,
 
+    /// Inodes kept in memory when neither open nor holding unwritten data (the
+    /// least recently used beyond this are dropped and read again when needed), so
+    /// the mount's memory stays bounded however many files it sees. Default: 4096.
+    #[arg(long, default_value_t = 4096, value_name = "N")]
+    pub cache_inodes: usize,
+
     /// At unmount, print the time spent per FUSE operation (count, total, mean, max)
     /// and the file layer's and engine's counters.
     #[arg(long)]
@@ -74,12 +80,15 @@ pub fn run(a: &MountArgs) -> CliResult<i32> {
                 ))
             })?,
     };
+    // Before the pool starts its threads (see MemoryTrimmer).
+    one_arena();
     let db = Arc::new(open_pool(&a.pool, Options::default())?);
     let vopts = VfsOptions {
         chunk_size,
         writeback_interval: (a.writeback_secs > 0).then(|| Duration::from_secs(a.writeback_secs)),
         // SAFETY: geteuid/getegid have no preconditions and cannot fail.
         root_owner: unsafe { (libc::geteuid(), libc::getegid()) },
+        max_cached_inodes: a.cache_inodes.max(16),
         ..Default::default()
     };
     let vfs = match Vfs::open(db.clone(), vopts) {
@@ -140,7 +149,9 @@ pub fn run(a: &MountArgs) -> CliResult<i32> {
     );
     let _ = std::io::stdout().flush();
     let t0 = Instant::now();
+    let trimmer = MemoryTrimmer::start();
     let served = session.run();
+    drop(trimmer);
     stop_signals.close();
     let up = t0.elapsed();
     // Unmounted: make everything acknowledged durable and close the pool cleanly.
@@ -188,6 +199,56 @@ pub fn run(a: &MountArgs) -> CliResult<i32> {
     println!("masse: unmounted {}; pool closed cleanly", a.dir.display());
     Ok(0)
 }
+
+/// Keeps the mount's heap close to what it uses. With one malloc arena per FUSE
+/// thread, short-lived buffers interleaved with long-lived inodes left each arena
+/// mostly free yet resident: a mount that saw 20 000 small files kept ~60 MB after
+/// they were gone (issue 13). So: one arena for the process (set before any
+/// thread starts), and every few seconds `malloc_trim`, which returns free pages
+/// from the middle of the heap (microseconds when there is nothing to return).
+struct MemoryTrimmer(Option<std::sync::mpsc::Sender<()>>);
+
+impl MemoryTrimmer {
+    fn start() -> MemoryTrimmer {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let spawned = std::thread::Builder::new()
+            .name("masse-trim".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    rx.recv_timeout(Duration::from_secs(2))
+                {
+                    trim_heap();
+                }
+            });
+        MemoryTrimmer(spawned.ok().map(|_| tx))
+    }
+}
+
+impl Drop for MemoryTrimmer {
+    fn drop(&mut self) {
+        // Dropping the sender ends the thread at its next wake-up.
+        self.0.take();
+    }
+}
+
+/// One malloc arena for the whole process (call before starting threads).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn one_arena() {
+    // SAFETY: mallopt has no preconditions; M_ARENA_MAX only caps new arenas.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn one_arena() {}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn trim_heap() {
+    // SAFETY: malloc_trim has no preconditions; it only releases free memory.
+    unsafe { libc::malloc_trim(0) };
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn trim_heap() {}
 
 fn close_db(db: Arc<masse::Db>) {
     if let Ok(db) = Arc::try_unwrap(db) {

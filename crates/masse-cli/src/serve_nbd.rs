@@ -102,6 +102,58 @@ pub struct NbdArgs {
     /// Log connections and disconnections on stderr.
     #[arg(long, short, help_heading = "Server")]
     pub verbose: bool,
+
+    /// Connections served at once, handshakes included. When all are in use, a new
+    /// client takes the place of one idle for --idle-timeout (or silent for a second
+    /// in its handshake); otherwise it is refused with a message saying the server
+    /// is busy, and existing clients are unaffected.
+    #[arg(long, value_name = "N", default_value_t = 256, help_heading = "Limits")]
+    pub max_connections: usize,
+
+    /// Seconds a connection with nothing in flight may stay silent before its slot
+    /// can go to a new client. Only applies when the server is full: idle clients
+    /// (a quiet /dev/nbd0) are never closed while there is room. 0: never.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 60,
+        help_heading = "Limits"
+    )]
+    pub idle_timeout: u64,
+
+    /// Seconds a client has for the whole handshake (option negotiation).
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 10,
+        help_heading = "Limits"
+    )]
+    pub handshake_timeout: u64,
+
+    /// Seconds after which a connection is closed if it does not read its replies,
+    /// or a request's data stops arriving (a stalled or vanished client).
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 30,
+        help_heading = "Limits"
+    )]
+    pub stall_timeout: u64,
+
+    /// Requests read and not yet answered, per connection; beyond it the server
+    /// stops reading that connection until replies go out.
+    #[arg(long, value_name = "N", default_value_t = 128, help_heading = "Limits")]
+    pub max_inflight: usize,
+
+    /// Request and reply data buffered per connection (one request always runs).
+    #[arg(long, value_name = "SIZE", default_value = "32M", value_parser = size_arg, help_heading = "Limits")]
+    pub connection_memory: u64,
+
+    /// Request and reply data buffered by the whole server (at least 32M): when it
+    /// is spent, connections stop being read, in turn, until replies free some.
+    /// The server's memory beyond its fixed few MiB.
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = size_arg, help_heading = "Limits")]
+    pub buffer_memory: u64,
 }
 
 fn spec_of(a: &NbdArgs, size: u64) -> CliResult<VolumeSpec> {
@@ -122,10 +174,22 @@ pub fn run(a: &ServeArgs) -> CliResult<i32> {
 }
 
 fn nbd(a: &NbdArgs) -> CliResult<i32> {
+    let secs = |n: u64| std::time::Duration::from_secs(n);
+    if a.handshake_timeout == 0 || a.stall_timeout == 0 {
+        return Err(CliError::new(
+            "--handshake-timeout and --stall-timeout must be at least 1 second",
+        ));
+    }
     let cfg = ServerConfig {
         workers: a.threads.max(1),
         verbose: a.verbose,
-        ..ServerConfig::default()
+        max_connections: a.max_connections,
+        max_inflight: a.max_inflight,
+        max_inflight_bytes: usize::try_from(a.connection_memory).unwrap_or(usize::MAX),
+        max_buffer_bytes: usize::try_from(a.buffer_memory).unwrap_or(usize::MAX),
+        handshake_timeout: secs(a.handshake_timeout),
+        idle_timeout: secs(a.idle_timeout),
+        stall_timeout: secs(a.stall_timeout),
     };
     let mut db = None;
     let exports: Vec<Export> = if let Some(raw) = &a.raw {

@@ -108,7 +108,7 @@ pub(crate) enum Class {
 }
 
 impl Class {
-    fn reserve_bands(self) -> u32 {
+    pub(crate) fn reserve_bands(self) -> u32 {
         match self {
             Class::User => 2,
             Class::Delete => 1,

@@ -49,4 +49,4 @@ pub use config::{DeviceSpec, IoChoice, Options, PoolConfig};
 pub use db::{Activity, BandStatus, Db, Iter, SegmentStatus, WriteBatch};
 pub use error::{Error, Result};
 pub use format::{Geometry, Mode, MAX_KEY_LEN, MAX_VALUE_LEN};
-pub use stats::Stats;
+pub use stats::{Space, Stats};

@@ -395,3 +395,76 @@ impl Stats {
         s
     }
 }
+
+/// Space of the capacity tier as writers see it, from [`crate::Db::space`]. Cheap
+/// to take (no latency summaries), so faces can ask before buffering a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Space {
+    /// Bands in the pool.
+    pub bands_total: u32,
+    /// Bands on the free list.
+    pub bands_free: u32,
+    /// Free bands user writes may never take (kept for GC and deletes).
+    pub user_reserve_bands: u32,
+    /// Bytes of records one band holds (band size less its header).
+    pub band_payload: u64,
+    /// Bytes of live records (headers included).
+    pub live_bytes: u64,
+    /// Band payload user writes can still fill, counting what GC can win back
+    /// from dead records. Compare it with [`crate::Db::record_room`], not with
+    /// raw value sizes: records do not pack segments perfectly. An estimate
+    /// that errs low: it leaves out the reserve bands, one band of working room
+    /// for the open band and GC, and bands whose dead records GC would not
+    /// find worth moving the live ones for.
+    pub user_available_bytes: u64,
+}
+
+impl crate::Db {
+    /// Space figures for `statfs`-style reports and for write admission in faces
+    /// that buffer data (the file layer), without the cost of [`crate::Db::stats`]
+    /// (one pass over the per-band counters).
+    pub fn space(&self) -> Space {
+        use crate::db::BandState;
+        let inner = &self.inner;
+        let payload = inner.layout.band_payload();
+        let min_gain = crate::gc::min_gain(inner);
+        let bt = inner.bands.lock();
+        let (total, free) = (bt.bands.len() as u32, bt.free_count());
+        let mut room = 0u64;
+        for (i, b) in bt.bands.iter().enumerate() {
+            room += match b.state {
+                BandState::Free => payload,
+                // What GC could win back here, if it would bother.
+                BandState::Open | BandState::Sealed | BandState::Victim => {
+                    let gain = payload.saturating_sub(inner.band_cost(i));
+                    if gain >= min_gain {
+                        gain
+                    } else {
+                        0
+                    }
+                }
+                BandState::Pinned => 0,
+            };
+        }
+        drop(bt);
+        let reserve = crate::db::Class::User.reserve_bands();
+        let live: u64 = inner.band_live.iter().map(|a| a.load(Relaxed)).sum();
+        Space {
+            bands_total: total,
+            bands_free: free,
+            user_reserve_bands: reserve,
+            band_payload: payload,
+            live_bytes: live,
+            user_available_bytes: room.saturating_sub((reserve as u64 + 1) * payload),
+        }
+    }
+
+    /// Band payload a record of `key_len` + `value_len` bytes takes once stored
+    /// among records like it (header, summary entry and its share of the segment
+    /// room records of that size leave unused): the unit of
+    /// [`Space::user_available_bytes`].
+    pub fn record_room(&self, key_len: usize, value_len: usize) -> u64 {
+        let len8 = crate::format::record_len(key_len, value_len).div_ceil(8) * 8;
+        self.inner.layout.room_cost(len8 as u32)
+    }
+}
