@@ -235,6 +235,12 @@ pub(crate) fn gc_pass(inner: &Inner, urgent: bool) -> Result<GcOutcome> {
                 free: Some(w.clone()),
             })?;
             w.wait()?;
+            tracing::info!(
+                band = victim,
+                moved_bytes = moved,
+                reclaimed = payload as i64 - moved as i64,
+                "GC pass freed a band"
+            );
             inner.c.gc_runs.fetch_add(1, Relaxed);
             inner.c.gc_bands_freed.fetch_add(1, Relaxed);
             Ok(GcOutcome::Freed {
@@ -326,6 +332,11 @@ fn relocate_band(inner: &Inner, band: u32) -> Result<bool> {
             let rec = match segdata.get(off..end).map(decode_record) {
                 Some(Ok(_)) => &segdata[off..end],
                 _ => {
+                    tracing::warn!(
+                        slot,
+                        offset = e.offset,
+                        "GC found a corrupt record; its band is kept"
+                    );
                     inner.c.corruptions.fetch_add(1, Relaxed);
                     intact = false;
                     continue;
