@@ -852,7 +852,14 @@ impl Db {
         self.inner.stats()
     }
 
-    /// Reset the latency histograms (e.g. between benchmark phases).
+    /// Per operation (put, get, delete, batch), how many latency samples fell at or
+    /// below each bound (ascending, ns), with their count and exact sum: what a
+    /// Prometheus histogram exports. `reset_latency` starts them over.
+    pub fn latency_buckets(&self, bounds_ns: &[u64]) -> Vec<crate::stats::LatencyBuckets> {
+        self.inner.h.buckets(bounds_ns)
+    }
+
+    /// Forget the latency samples so far (e.g. between benchmark phases).
     pub fn reset_latency(&self) {
         self.inner.h.reset();
     }
