@@ -7,6 +7,8 @@ mod demo;
 mod error;
 mod machine;
 mod media_bench;
+mod metrics;
+mod metrics_engine;
 mod mount;
 mod place;
 mod pool;
