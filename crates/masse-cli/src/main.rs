@@ -5,6 +5,7 @@ mod bench;
 mod cmds;
 mod demo;
 mod error;
+mod logging;
 mod machine;
 mod media_bench;
 mod metrics;
@@ -41,6 +42,16 @@ Exit codes: 0 success, 1 key not found (get), 2 error, 3 check found problems,
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+
+    /// What to log on stderr: error, warn, info (open and recovery, checkpoints, GC
+    /// passes), debug (write stalls), trace; or directives like `masse=debug`.
+    /// Overrides RUST_LOG. Default: RUST_LOG if set, else warn.
+    #[arg(long, global = true, value_name = "LEVEL", help_heading = "Logging")]
+    log_level: Option<String>,
+
+    /// Log as text lines or as JSON objects, one per line. Default: text.
+    #[arg(long, global = true, value_enum, default_value_t = logging::LogFormat::Text, help_heading = "Logging")]
+    log_format: logging::LogFormat,
 }
 
 #[derive(Subcommand, Debug)]
@@ -183,6 +194,10 @@ fn run(cli: Cli) -> CliResult<i32> {
 
 fn main() {
     let cli = Cli::parse();
+    if let Err(e) = logging::init(cli.log_level.as_deref(), cli.log_format) {
+        eprintln!("masse: error: {}", e.one_line());
+        std::process::exit(EXIT_ERROR);
+    }
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
