@@ -3,7 +3,9 @@
 mod ack_writer;
 mod bench;
 mod cmds;
+mod data;
 mod demo;
+mod dumpfmt;
 mod error;
 mod logging;
 mod machine;
@@ -166,6 +168,35 @@ enum Cmd {
     #[command(mut_arg("capacity", |a| a.required(true)))]
     Mount(mount::MountArgs),
 
+    /// List keys (optionally values) of the pool; --prefix, --hex, --json
+    ///
+    /// Keys come in no particular order (the index is a hash table). By default only
+    /// key-value keys are listed; --layer files|volumes|all shows the file and block
+    /// layers' internal records too. Text output escapes non-printable bytes (\xNN).
+    #[command(mut_arg("capacity", |a| a.required(true)))]
+    Scan(data::ScanArgs),
+
+    /// Write every record of the pool to a portable, checksummed stream (a backup)
+    ///
+    /// The stream (docs/operating.md, "The dump format") holds the records as they are,
+    /// the file and block layers' internal records included, so `masse load` restores
+    /// keys, files and volumes exactly into a pool of any geometry. Run it on a pool no
+    /// other process has open.
+    #[command(mut_arg("capacity", |a| a.required(true)))]
+    Dump(data::DumpArgs),
+
+    /// Put the records of a `masse dump` stream into a pool, in atomic batches
+    ///
+    /// Every record's checksum is verified before it is written; the stream's end frame
+    /// (record count, bytes, order) at the end. Each batch is one atomic write: after a
+    /// failure the pool holds exactly the first N records, N is printed, and --skip N
+    /// resumes. Existing keys with the same names are overwritten.
+    #[command(mut_arg("capacity", |a| a.required_unless_present("check_only")))]
+    Load(data::LoadArgs),
+
+    /// List, create or delete the pool's NBD volumes
+    Volume(data::VolumeArgs),
+
     /// Crash-test child: write keys ack{i:012} and print "ACK i" after each acknowledged
     /// write ("DEL j" after each acknowledged delete), never closing.
     #[command(hide = true, mut_arg("capacity", |a| a.required(true)))]
@@ -189,6 +220,10 @@ fn run(cli: Cli) -> CliResult<i32> {
         Cmd::BenchCompare(a) => bench::compare::run(a),
         Cmd::Mount(a) => mount::run(a),
         Cmd::AckWriter(a) => ack_writer::run(a),
+        Cmd::Scan(a) => data::scan(a),
+        Cmd::Dump(a) => data::dump(a),
+        Cmd::Load(a) => data::load(a),
+        Cmd::Volume(a) => data::volume(a),
     }
 }
 

@@ -23,7 +23,7 @@ mod error;
 mod record;
 
 pub use error::{VfsError, VfsResult};
-pub use record::{Kind, Time, VFS_VERSION};
+pub use record::{is_file_layer_key, Kind, Time, VFS_VERSION};
 
 use crate::{Db, WriteBatch};
 use dir::{bucket_count, DirPages};
