@@ -7,6 +7,7 @@ mod data;
 mod demo;
 mod dumpfmt;
 mod error;
+mod gen;
 mod logging;
 mod machine;
 mod media_bench;
@@ -21,7 +22,7 @@ mod progress;
 mod serve_nbd;
 mod stress;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use error::{CliResult, EXIT_ERROR};
 
 const ABOUT: &str = "\
@@ -197,6 +198,12 @@ enum Cmd {
     /// List, create or delete the pool's NBD volumes
     Volume(data::VolumeArgs),
 
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completions(gen::CompletionsArgs),
+
+    /// Print the man page, or write one page per command with --dir
+    Man(gen::ManArgs),
+
     /// Crash-test child: write keys ack{i:012} and print "ACK i" after each acknowledged
     /// write ("DEL j" after each acknowledged delete), never closing.
     #[command(hide = true, mut_arg("capacity", |a| a.required(true)))]
@@ -221,6 +228,8 @@ fn run(cli: Cli) -> CliResult<i32> {
         Cmd::Mount(a) => mount::run(a),
         Cmd::AckWriter(a) => ack_writer::run(a),
         Cmd::Scan(a) => data::scan(a),
+        Cmd::Completions(a) => gen::completions(a, Cli::command()),
+        Cmd::Man(a) => gen::man(a, Cli::command()),
         Cmd::Dump(a) => data::dump(a),
         Cmd::Load(a) => data::load(a),
         Cmd::Volume(a) => data::volume(a),
