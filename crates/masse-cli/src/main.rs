@@ -21,6 +21,7 @@ mod probe_create;
 mod progress;
 mod serve_nbd;
 mod stress;
+mod top;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use error::{CliResult, EXIT_ERROR};
@@ -198,6 +199,15 @@ enum Cmd {
     /// List, create or delete the pool's NBD volumes
     Volume(data::VolumeArgs),
 
+    /// Live console over a running command's --metrics endpoint
+    ///
+    /// Refreshes every second: ops/s and MB/s per kind, p50/p99/p99.9 latency of the last
+    /// interval, IOPS consistency so far, host WAF, per-device MB/s and lifetime bytes
+    /// written (against --rated-tbw), GC activity, pad and band occupancy. Start the
+    /// command with --metrics 127.0.0.1:9100 and run `masse top --metrics 127.0.0.1:9100`.
+    /// Quit with q. Without a terminal it prints one frame per interval.
+    Top(top::TopArgs),
+
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     Completions(gen::CompletionsArgs),
 
@@ -228,6 +238,7 @@ fn run(cli: Cli) -> CliResult<i32> {
         Cmd::Mount(a) => mount::run(a),
         Cmd::AckWriter(a) => ack_writer::run(a),
         Cmd::Scan(a) => data::scan(a),
+        Cmd::Top(a) => top::run(a),
         Cmd::Completions(a) => gen::completions(a, Cli::command()),
         Cmd::Man(a) => gen::man(a, Cli::command()),
         Cmd::Dump(a) => data::dump(a),
