@@ -1,6 +1,7 @@
 //! `masse mount DIR`: serve the pool's file layer through FUSE until unmounted.
 
 use crate::error::{CliError, CliResult};
+use crate::metrics::{EngineSlot, Metrics, MetricsArgs};
 use crate::pool::{open_pool, size_arg, PoolArgs};
 use clap::Args;
 use masse::vfile::{Vfs, VfsOptions};
@@ -57,6 +58,9 @@ pub struct MountArgs {
     /// and the file layer's and engine's counters.
     #[arg(long)]
     pub stats: bool,
+
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 pub fn run(a: &MountArgs) -> CliResult<i32> {
@@ -136,6 +140,12 @@ pub fn run(a: &MountArgs) -> CliResult<i32> {
             )));
         }
     };
+    let slot = EngineSlot::new();
+    slot.set(db.clone());
+    let mut m = Metrics::new();
+    m.engine(slot.clone());
+    fuse_metrics(&mut m, &prof, &vfs);
+    let metrics = crate::metrics::start(a.metrics.addr.as_deref(), m)?;
     let unmounter = session.unmount_callable();
     let stop_signals = watch_signals(unmounter, a.dir.clone())?;
     println!(
@@ -153,6 +163,8 @@ pub fn run(a: &MountArgs) -> CliResult<i32> {
     let served = session.run();
     drop(trimmer);
     stop_signals.close();
+    slot.clear();
+    drop(metrics);
     let up = t0.elapsed();
     // Unmounted: make everything acknowledged durable and close the pool cleanly.
     let closed = vfs.close();
@@ -295,4 +307,69 @@ fn lazy_unmount(dir: &Path) {
             .arg(dir)
             .status();
     }
+}
+
+/// The FUSE face's figures: operations, handler time and bytes per operation,
+/// and the file layer's own counters.
+fn fuse_metrics(m: &mut Metrics, prof: &Arc<masse_fuse::Profile>, vfs: &Arc<Vfs>) {
+    let p = prof.clone();
+    m.counters(
+        "fuse_ops",
+        "FUSE requests handled, by operation",
+        "op",
+        move || {
+            p.snapshot()
+                .iter()
+                .map(|o| (o.op.to_string(), o.count as f64))
+                .collect()
+        },
+    );
+    let p = prof.clone();
+    m.counters(
+        "fuse_op_seconds",
+        "Time inside FUSE handlers (file layer + engine + device), by operation",
+        "op",
+        move || {
+            p.snapshot()
+                .iter()
+                .map(|o| (o.op.to_string(), o.total_us as f64 / 1e6))
+                .collect()
+        },
+    );
+    let p = prof.clone();
+    m.counters(
+        "fuse_op_bytes",
+        "Bytes moved by FUSE reads and writes",
+        "op",
+        move || {
+            p.snapshot()
+                .iter()
+                .filter(|o| o.bytes > 0)
+                .map(|o| (o.op.to_string(), o.bytes as f64))
+                .collect()
+        },
+    );
+    let v = vfs.clone();
+    m.counters(
+        "vfile_events",
+        "File-layer events by kind",
+        "kind",
+        move || {
+            let s = v.stats();
+            vec![
+                ("chunk_read".into(), s.chunk_reads as f64),
+                ("chunk_write".into(), s.chunk_writes as f64),
+                ("buffer_hit".into(), s.buffer_hits as f64),
+                ("writeout".into(), s.flushes as f64),
+                ("namespace_op".into(), s.namespace_ops as f64),
+            ]
+        },
+    );
+    let v = vfs.clone();
+    m.gauges(
+        "vfile_dirty_bytes",
+        "Written file data not yet durable",
+        "",
+        move || vec![(String::new(), v.stats().dirty_bytes as f64)],
+    );
 }

@@ -70,6 +70,23 @@ fn remember_sim(d: &masse::device::SimDevice) {
     }
 }
 
+/// Per emulated drive of this process: its spec, host bytes written, NAND bytes written.
+pub fn sim_stats() -> Vec<(String, u64, u64)> {
+    let Ok(v) = SIMS.lock() else {
+        return Vec::new();
+    };
+    v.iter()
+        .map(|d| {
+            let s = d.stats();
+            (
+                s.spec.to_string(),
+                s.ftl.host_write_bytes,
+                s.ftl.nand_write_bytes,
+            )
+        })
+        .collect()
+}
+
 /// One line per emulated drive of this process: what happened inside it.
 pub fn sim_report() -> Vec<String> {
     let Ok(v) = SIMS.lock() else {
@@ -494,4 +511,19 @@ pub fn pool_flags(fast: Option<&Path>, caps: &[PathBuf]) -> String {
         ));
     }
     s
+}
+
+/// Close a pool shared through an `Arc` once every other holder has let go
+/// (scrapes are stopped first with `EngineSlot::clear`).
+pub fn close_shared(db: std::sync::Arc<Db>) -> CliResult<()> {
+    match std::sync::Arc::try_unwrap(db) {
+        Ok(db) => db
+            .close()
+            .map_err(|e| CliError::new(format!("closing the pool failed: {e}"))),
+        Err(db) => db.flush().map_err(|e| {
+            CliError::new(format!(
+                "flushing the pool failed (it is still in use): {e}"
+            ))
+        }),
+    }
 }

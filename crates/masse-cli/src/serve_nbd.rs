@@ -1,12 +1,13 @@
 //! `masse serve nbd`: serve volumes of a pool (or a raw device) over NBD.
 
 use crate::error::{CliError, CliResult};
+use crate::metrics::{EngineSlot, Metrics, MetricsArgs};
 use crate::pool::{open_pool, size_arg, PoolArgs};
 use clap::{Args, Subcommand};
 use masse::vblock::{self, VolumeError, VolumeSpec};
 use masse::Options;
 use masse_cli::units::fmt_bytes;
-use masse_nbd::{Export, RawBackend, Server, ServerConfig, VolumeBackend};
+use masse_nbd::{Export, RawBackend, Server, ServerConfig, ServerStats, VolumeBackend};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -154,6 +155,9 @@ pub struct NbdArgs {
     /// The server's memory beyond its fixed few MiB.
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = size_arg, help_heading = "Limits")]
     pub buffer_memory: u64,
+
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 fn spec_of(a: &NbdArgs, size: u64) -> CliResult<VolumeSpec> {
@@ -318,6 +322,14 @@ fn nbd(a: &NbdArgs) -> CliResult<i32> {
             .map_err(|e| CliError::new(format!("cannot set up signal handling: {e}")))?;
     }
     let stats = srv.stats();
+    let slot = EngineSlot::new();
+    if let Some(d) = &db {
+        slot.set(d.clone());
+    }
+    let mut m = Metrics::new();
+    m.engine(slot.clone());
+    nbd_metrics(&mut m, &stats);
+    let metrics = crate::metrics::start(a.metrics.addr.as_deref(), m)?;
     for d in &descr {
         println!("export {d}");
     }
@@ -327,7 +339,10 @@ fn nbd(a: &NbdArgs) -> CliResult<i32> {
     println!("ready; stop with Ctrl-C or SIGTERM");
     let _ = std::io::stdout().flush();
     let r = srv.run();
+    tracing::info!("NBD server stopped");
     eprintln!("masse: NBD server stopped\n{}", stats.report());
+    slot.clear();
+    drop(metrics);
     r.map_err(|e| CliError::new(e.to_string()))?;
     if let Some(d) = db {
         eprint!("engine statistics:\n{}", d.stats().to_text());
@@ -344,4 +359,76 @@ fn nbd(a: &NbdArgs) -> CliResult<i32> {
         eprintln!("masse: pool closed cleanly");
     }
     Ok(0)
+}
+
+/// The NBD server's own figures: requests by type, connections, payload, time.
+fn nbd_metrics(m: &mut Metrics, st: &Arc<ServerStats>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    const TYPES: [&str; 8] = [
+        "read",
+        "write",
+        "disc",
+        "flush",
+        "trim",
+        "cache",
+        "write_zeroes",
+        "block_status",
+    ];
+    let s = st.clone();
+    m.counters("nbd_requests", "NBD requests by type", "type", move || {
+        TYPES
+            .iter()
+            .zip(s.requests.iter())
+            .map(|(t, c)| (t.to_string(), c.load(Relaxed) as f64))
+            .collect()
+    });
+    let s = st.clone();
+    m.counters(
+        "nbd_request_errors",
+        "NBD requests answered with an error",
+        "",
+        move || vec![(String::new(), s.errors.load(Relaxed) as f64)],
+    );
+    let s = st.clone();
+    m.counters(
+        "nbd_connections",
+        "NBD connections by outcome",
+        "outcome",
+        move || {
+            vec![
+                ("accepted".into(), s.connections.load(Relaxed) as f64),
+                ("refused".into(), s.refused.load(Relaxed) as f64),
+                (
+                    "protocol_error".into(),
+                    s.protocol_errors.load(Relaxed) as f64,
+                ),
+            ]
+        },
+    );
+    let s = st.clone();
+    m.counters(
+        "nbd_payload_bytes",
+        "NBD payload bytes by direction",
+        "direction",
+        move || {
+            vec![
+                ("read".into(), s.bytes_read.load(Relaxed) as f64),
+                ("write".into(), s.bytes_written.load(Relaxed) as f64),
+            ]
+        },
+    );
+    let s = st.clone();
+    m.counters(
+        "nbd_request_seconds",
+        "Time NBD requests spent per stage: queued, in the backend, replying",
+        "stage",
+        move || {
+            let sec = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed) as f64 / 1e9;
+            vec![
+                ("queue".into(), sec(&s.queue_ns)),
+                ("backend".into(), sec(&s.backend_ns)),
+                ("reply".into(), sec(&s.reply_ns)),
+            ]
+        },
+    );
 }

@@ -183,6 +183,11 @@ pub struct StressArgs {
     /// Internal: the last child of the kill loop (verify, check, GC, checkpoint, reopen).
     #[arg(long = "final", hide = true)]
     pub final_check: bool,
+
+    /// With --crash-loop every child serves the address in turn (between a kill
+    /// and the next child's open, nothing answers). Not with --faults.
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 /// A bar on a terminal, nothing otherwise.
@@ -254,6 +259,11 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
     }
     let mode_name = a.mode.as_deref().unwrap_or("tiered");
     let mode = mode(mode_name)?;
+    if a.faults && a.metrics.addr.is_some() {
+        return Err(CliError::new(
+            "--metrics is not available with --faults: every round opens its own in-memory pool",
+        ));
+    }
     if a.faults {
         eprintln!("masse stress --faults: {} rounds, seed {seed}", a.rounds);
         let cfg = FaultConfig {
@@ -311,8 +321,21 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
         ..RunConfig::default()
     };
 
+    let slot = crate::metrics::EngineSlot::new();
+    let mut m = crate::metrics::Metrics::new();
+    m.engine(slot.clone());
+    // The kill loop's parent opens no pool: its children serve --metrics.
+    let _metrics = if a.crash_loop && !a.child {
+        None
+    } else {
+        crate::metrics::start_on(a.metrics.addr.as_deref(), m, !a.child)?
+    };
+    let publish = |db: Option<std::sync::Arc<masse::Db>>| match db {
+        Some(d) => slot.set(d),
+        None => slot.clear(),
+    };
     if a.child {
-        return match child(&pool, a.keys, &cfg, true, a.final_check) {
+        return match child(&pool, a.keys, &cfg, true, a.final_check, &publish) {
             Ok(rep) => {
                 println!("{}", serde_json::to_string(&rep).unwrap_or_default());
                 Ok(0)
@@ -354,6 +377,9 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
                     .args(["--threads", &cfg.threads.to_string()])
                     .args(["--hang-timeout", &a.hang_timeout.to_string()])
                     .args(["--seed", &s.to_string()]);
+                if let Some(m) = &a.metrics.addr {
+                    c.args(["--metrics", m]);
+                }
                 if fin {
                     c.args(["--final", "--duration", "2"]);
                 } else {
@@ -383,7 +409,7 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
             }))),
             ..cfg.clone()
         };
-        child(&pool, a.keys, &cfg, false, true)
+        child(&pool, a.keys, &cfg, false, true, &publish)
             .map(|r| serde_json::json!({ "seed": seed, "run": r }))
             .map_err(|v| {
                 format!(

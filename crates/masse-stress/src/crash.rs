@@ -10,6 +10,7 @@ use masse::{Db, DeviceSpec, Mode, Options, PoolConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The pool a stress run works on: files in a directory.
@@ -112,12 +113,15 @@ fn violations(what: &str, rep: &VerifyReport) -> Result<(), Violation> {
 /// One child run: open (or create) the pool, verify it against the oracle, run
 /// random operations, then close cleanly unless `no_close`. With `final_check`,
 /// also run `check`, force a GC pass and a checkpoint, close, reopen and verify.
+/// `publish` is handed each pool once it is open and `None` before it is closed
+/// (a live monitor, e.g. `--metrics`, must let go of it by then).
 pub fn child(
     pool: &StressPool,
     nkeys: u64,
     cfg: &RunConfig,
     no_close: bool,
     final_check: bool,
+    publish: &dyn Fn(Option<Arc<Db>>),
 ) -> Result<ChildReport, Violation> {
     let opath = pool.oracle_path();
     let err = |what: &str, e: &dyn std::fmt::Display| Violation(format!("{what}: {e}"));
@@ -141,6 +145,15 @@ pub fn child(
         rep.created = true;
         (db, o)
     };
+    let db = Arc::new(db);
+    publish(Some(db.clone()));
+    let close = |db: Arc<Db>| -> Result<(), Violation> {
+        publish(None);
+        match Arc::try_unwrap(db) {
+            Ok(db) => db.close().map_err(|e| err("close", &e)),
+            Err(_) => Err(err("close", &"the pool is still shared")),
+        }
+    };
     o.set_phase(Phase::Verifying);
     rep.verify = verify(&db, &o);
     violations("verification at open", &rep.verify)?;
@@ -159,18 +172,20 @@ pub fn child(
         db.checkpoint()
             .map_err(|e| err("checkpoint after the crashes", &e))?;
         o.set_phase(Phase::Closing);
-        db.close().map_err(|e| err("close", &e))?;
+        close(db)?;
         let db = Db::open(&pool.config(), stress_options())
             .map_err(|e| err("reopening after close", &e))?;
+        let db = Arc::new(db);
+        publish(Some(db.clone()));
         let v = verify(&db, &o);
         violations("verification after a clean reopen", &v)?;
         rep.verify_after_reopen = Some(v);
-        db.close().map_err(|e| err("close", &e))?;
+        close(db)?;
     } else if no_close {
         std::mem::forget(db); // leave like a crash: nothing more is written
     } else {
         o.set_phase(Phase::Closing);
-        db.close().map_err(|e| err("close", &e))?;
+        close(db)?;
     }
     o.set_phase(Phase::Idle);
     Ok(rep)

@@ -573,6 +573,10 @@ impl Db {
             let mut r = inner.recovery.lock();
             r.pad_records = npad;
             r.us = t0.elapsed().as_micros() as u64;
+            tracing::info!(epoch, recovery = %r.source, segments_replayed = r.segments, pad_records = npad, took_ms = r.us / 1000, warnings = r.warnings.len(), "pool opened");
+            r.warnings
+                .iter()
+                .for_each(|w| tracing::warn!(warning = %w, "recovery found damage"));
         }
         let i2 = inner.clone();
         let h = std::thread::Builder::new()
@@ -792,6 +796,7 @@ impl Db {
             };
             res = pool::write_epoch(&self.inner.pool, &e);
         }
+        tracing::info!(clean = clean && res.is_ok(), "pool closed");
         res
     }
 
@@ -872,7 +877,14 @@ impl Db {
         self.inner.stats()
     }
 
-    /// Reset the latency histograms (e.g. between benchmark phases).
+    /// Per operation (put, get, delete, batch), how many latency samples fell at or
+    /// below each bound (ascending, ns), with their count and exact sum: what a
+    /// Prometheus histogram exports. `reset_latency` starts them over.
+    pub fn latency_buckets(&self, bounds_ns: &[u64]) -> Vec<crate::stats::LatencyBuckets> {
+        self.inner.h.buckets(bounds_ns)
+    }
+
+    /// Forget the latency samples so far (e.g. between benchmark phases).
     pub fn reset_latency(&self) {
         self.inner.h.reset();
     }
@@ -1078,6 +1090,7 @@ impl Inner {
     pub(crate) fn fail(&self, msg: String) {
         let mut f = self.failed.lock();
         if f.is_none() {
+            tracing::error!(reason = %msg, "database failed: every further call returns Closed");
             *f = Some(msg);
         }
         drop(f);
@@ -1140,6 +1153,10 @@ impl Inner {
             match self.submit(req.clone()) {
                 Outcome::Done(n) => {
                     if let Some(t) = stalled_since {
+                        tracing::debug!(
+                            waited_us = t.elapsed().as_micros() as u64,
+                            "write stalled for free space"
+                        );
                         self.c.stalls.fetch_add(1, Relaxed);
                         self.c
                             .stall_us
@@ -2019,8 +2036,12 @@ impl Inner {
                 }
                 // The entry is another key's (digest fingerprints collide): not found.
                 Ok(None) => return Ok(None),
-                Err(e @ Error::Io { .. }) => return Err(e),
+                Err(e @ Error::Io { .. }) => {
+                    tracing::warn!(error = %e, slot = loc.slot(), "device read failed");
+                    return Err(e);
+                }
                 Err(e) => {
+                    tracing::warn!(error = %e, slot = loc.slot(), offset = loc.offset(), "corrupt record found by a get");
                     self.c.corruptions.fetch_add(1, Relaxed);
                     return Err(Error::Corruption(format!(
                         "record for key {:?} at segment {} offset {}: {e}",

@@ -242,6 +242,12 @@ pub(crate) fn gc_pass(inner: &Inner, urgent: bool) -> Result<GcOutcome> {
                 free: Some(w.clone()),
             })?;
             w.wait()?;
+            tracing::info!(
+                band = victim,
+                moved_bytes = moved,
+                reclaimed = payload as i64 - moved as i64,
+                "GC pass freed a band"
+            );
             inner.c.gc_runs.fetch_add(1, Relaxed);
             inner.c.gc_bands_freed.fetch_add(1, Relaxed);
             Ok(GcOutcome::Freed {
@@ -353,6 +359,11 @@ impl<'a> Mover<'a> {
             return Ok(());
         }
         let Some(rec) = rec.filter(|r| decode_record(r).is_ok()) else {
+            tracing::warn!(
+                slot,
+                offset = e.offset,
+                "GC found a corrupt record; its band is kept"
+            );
             inner.c.corruptions.fetch_add(1, Relaxed);
             self.intact = false;
             return Ok(());

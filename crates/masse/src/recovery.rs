@@ -897,6 +897,9 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<bool> {
         fits = w.put(&(img.len() as u64).to_le_bytes())? && w.put(&img)?;
     }
     if !fits {
+        tracing::warn!(
+            "checkpoint skipped: the index does not fit the checkpoint slot (recovery will scan)"
+        );
         inner.c.checkpoint_skipped.fetch_add(1, Relaxed);
         return Ok(false);
     }
@@ -917,6 +920,12 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<bool> {
     crate::pool::write_block(&meta, slot_off, &h.encode(), "writing a checkpoint header")?;
     crate::pool::sync(&meta, "syncing a checkpoint")?;
     *last = seq;
+    tracing::info!(
+        seq,
+        bytes = len + CKPT_HEADER,
+        took_us,
+        "checkpoint written"
+    );
     inner.c.checkpoints.fetch_add(1, Relaxed);
     inner
         .c

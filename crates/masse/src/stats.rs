@@ -70,6 +70,8 @@ pub(crate) struct Counters {
 
 pub(crate) struct Histos {
     h: [Mutex<Histogram<u64>>; 4],
+    /// Exact sum of the samples per operation, ns (a Prometheus histogram's `_sum`).
+    sum_ns: [AtomicU64; 4],
 }
 
 impl Histos {
@@ -81,11 +83,31 @@ impl Histos {
         };
         Histos {
             h: [mk(), mk(), mk(), mk()],
+            sum_ns: Default::default(),
         }
     }
     pub fn record(&self, op: Op, ns: u64) {
         let i = OPS.iter().position(|&o| o == op).unwrap_or(0);
         let _ = self.h[i].lock().record(ns.max(1));
+        self.sum_ns[i].fetch_add(ns, Relaxed);
+    }
+    /// Per operation, the number of samples at or below each bound (ascending, ns).
+    pub fn buckets(&self, bounds_ns: &[u64]) -> Vec<LatencyBuckets> {
+        OPS.iter()
+            .zip(self.h.iter().zip(self.sum_ns.iter()))
+            .map(|(op, (h, sum))| {
+                let h = h.lock();
+                LatencyBuckets {
+                    op: op.name(),
+                    count: h.len(),
+                    sum_ns: ld(sum),
+                    cumulative: bounds_ns
+                        .iter()
+                        .map(|&b| h.count_between(0, b.min(h.high())))
+                        .collect(),
+                }
+            })
+            .collect()
     }
     pub fn summary(&self) -> Vec<LatencySummary> {
         OPS.iter()
@@ -112,7 +134,26 @@ impl Histos {
         for h in &self.h {
             h.lock().reset();
         }
+        for s in &self.sum_ns {
+            s.store(0, Relaxed);
+        }
     }
+}
+
+/// Latency samples of one operation counted at fixed upper bounds: what a
+/// Prometheus histogram needs (see [`crate::Db::latency_buckets`]).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LatencyBuckets {
+    /// Operation name: "put", "get", "delete" or "batch".
+    pub op: &'static str,
+    /// Samples.
+    pub count: u64,
+    /// Sum of the samples, ns.
+    pub sum_ns: u64,
+    /// Samples at or below each requested bound, in the bounds' order. Counts are at
+    /// the histogram's resolution (3 significant digits): a sample within 0.1% of a
+    /// bound may fall on either side.
+    pub cumulative: Vec<u64>,
 }
 
 /// Latency percentiles of one operation type.

@@ -27,7 +27,7 @@ mod space;
 mod writeout;
 
 pub use error::{VfsError, VfsResult};
-pub use record::{Kind, Time, VFS_VERSION};
+pub use record::{is_file_layer_key, Kind, Time, VFS_VERSION};
 
 use crate::{Db, WriteBatch};
 use cache::evictable;

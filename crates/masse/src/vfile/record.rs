@@ -15,6 +15,12 @@ const PREFIX: &[u8; 3] = b"\0vf";
 pub const VFS_VERSION: u32 = 1;
 const SUPER_MAGIC: &[u8; 8] = b"MASSE-VF";
 
+/// Whether `k` is the key of a file-layer record (a tool that lists a pool's
+/// keys tells them apart from key-value users' keys with this).
+pub fn is_file_layer_key(k: &[u8]) -> bool {
+    k.starts_with(PREFIX)
+}
+
 fn key(tag: u8, parts: &[&[u8]]) -> Vec<u8> {
     let mut k = Vec::with_capacity(4 + parts.iter().map(|p| p.len()).sum::<usize>());
     k.extend_from_slice(PREFIX);
