@@ -530,7 +530,7 @@ impl Conn {
     /// Runs a batch (on a worker), then keeps serving this client while it has
     /// complete requests ready, within bounds.
     fn work(&mut self, ctx: &Ctx, stopping: &AtomicBool, mut cmds: Vec<Args>) {
-        for _ in 0..WORKER_ROUNDS {
+        for round in 1.. {
             let errs = self.out.errors;
             let after = run_batch(ctx, &mut self.client, &mut self.out, &cmds);
             ctx.stats
@@ -538,6 +538,11 @@ impl Conn {
                 .fetch_add(self.out.errors - errs, Relaxed);
             if after != After::Continue {
                 self.closing = true;
+            }
+            if round == WORKER_ROUNDS {
+                // The loop's turn: it services this connection as soon as it is back.
+                let _ = self.flush(&ctx.stats);
+                return;
             }
             match self.step(ctx, stopping.load(SeqCst)) {
                 Step::Run(c) => cmds = c,

@@ -170,6 +170,7 @@ static CONFIG_SUBS: [Spec; 2] = [
 
 const fn container(
     name: &'static str,
+    arity: i32,
     group: &'static str,
     since: &'static str,
     summary: &'static str,
@@ -177,7 +178,7 @@ const fn container(
 ) -> Spec {
     Spec {
         name,
-        arity: -2,
+        arity,
         flags: &[],
         keys: NONE,
         group,
@@ -191,9 +192,9 @@ const fn container(
 pub static COMMANDS: [Spec; 29] = [
     c("append", 3, WF, ONE, "string", "2.0.0", "Appends a string to the value of a key. Creates the key if it doesn't exist."),
     c("auth", -2, NOAUTH, NONE, "connection", "1.0.0", "Authenticates the connection."),
-    container("client", "connection", "2.4.0", "A container for client connection commands.", &CLIENT_SUBS),
-    container("command", "server", "2.8.13", "Returns detailed information about all commands.", &COMMAND_SUBS),
-    container("config", "server", "2.0.0", "A container for server configuration commands.", &CONFIG_SUBS),
+    container("client", -2, "connection", "2.4.0", "A container for client connection commands.", &CLIENT_SUBS),
+    container("command", -1, "server", "2.8.13", "Returns detailed information about all commands.", &COMMAND_SUBS),
+    container("config", -2, "server", "2.0.0", "A container for server configuration commands.", &CONFIG_SUBS),
     c("dbsize", 1, RF, NONE, "server", "1.0.0", "Returns the number of keys in the database."),
     c("decr", 2, WF, ONE, "string", "1.0.0", "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist."),
     c("decrby", 3, WF, ONE, "string", "1.0.0", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist."),
