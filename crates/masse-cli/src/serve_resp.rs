@@ -128,8 +128,41 @@ fn config(a: &RespArgs) -> CliResult<Config> {
     Ok(cfg)
 }
 
+/// Raises the open-file limit to fit `clients` connections (as Redis does for
+/// maxclients); returns how many clients the limit allows.
+fn fit_fd_limit(clients: usize) -> usize {
+    const RESERVED: u64 = 64; // pool devices, listeners, the epoll and wake fds
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to an rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return clients;
+    }
+    let want = clients as u64 + RESERVED;
+    if r.rlim_cur < want {
+        let new = libc::rlimit {
+            rlim_cur: want.min(r.rlim_max),
+            rlim_max: r.rlim_max,
+        };
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } == 0 {
+            r.rlim_cur = new.rlim_cur;
+        }
+    }
+    let fit = r.rlim_cur.saturating_sub(RESERVED) as usize;
+    if fit < clients {
+        eprintln!(
+            "masse: note: the open-file limit ({}) allows {fit} clients, not {clients}; --max-clients lowered (raise `ulimit -n`)",
+            r.rlim_cur
+        );
+    }
+    fit.clamp(1, clients)
+}
+
 pub fn run(a: &RespArgs) -> CliResult<i32> {
-    let cfg = config(a)?;
+    let mut cfg = config(a)?;
+    cfg.max_clients = fit_fd_limit(cfg.max_clients);
     let has_pass = cfg.password.is_some();
     let db = Arc::new(open_pool(&a.pool, Options::default())?);
     if masse::vblock::list_volumes(&db).is_ok_and(|v| !v.is_empty()) {

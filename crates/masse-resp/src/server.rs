@@ -215,6 +215,9 @@ impl Server {
     pub fn listen_tcp(&mut self, addr: &str) -> Result<SocketAddr, ServerError> {
         let what = || format!("cannot listen on {addr}");
         let l = TcpListener::bind(addr).map_err(ioe(what()))?;
+        // Redis's tcp-backlog (std binds with 128): bursts of connects are not dropped.
+        // SAFETY: listen(2) on a socket this function owns; re-listening resizes the queue.
+        unsafe { libc::listen(l.as_raw_fd(), 511) };
         l.set_nonblocking(true).map_err(ioe(what()))?;
         let a = l.local_addr().map_err(ioe(what()))?;
         if self.port == 0 {
@@ -362,8 +365,8 @@ impl WriteNb for &Sock {
     }
 }
 
-/// Bytes read per read call.
-const READ_CHUNK: usize = 64 << 10;
+/// Bytes read per read call (as Redis's PROTO_IOBUF_LEN).
+const READ_CHUNK: usize = 16 << 10;
 /// Most commands in one batch handed to a worker.
 const MAX_BATCH: usize = 1024;
 /// Most argument bytes in one batch.
@@ -405,8 +408,8 @@ impl Conn {
         Ok(())
     }
 
-    /// Reads what the socket has, up to `want` unparsed bytes; true if it may
-    /// have more (stopped early).
+    /// Reads what the socket has, up to a chunk (or the argument being read) more
+    /// than is buffered; true if it may have more (stopped early).
     fn fill(&mut self, st: &ServerStats) -> io::Result<bool> {
         if self.inpos == self.inbuf.len() {
             self.inbuf.clear();
@@ -415,7 +418,9 @@ impl Conn {
             self.inbuf.drain(..self.inpos);
             self.inpos = 0;
         }
-        let want = READ_CHUNK.max(self.parser.bulk_pending().unwrap_or(0));
+        // At least one chunk more than is buffered, so a caller that found no
+        // complete request always makes progress (or hits a limit).
+        let want = self.inbuf.len() + READ_CHUNK.max(self.parser.bulk_pending().unwrap_or(0));
         while self.inbuf.len() < want {
             let at = self.inbuf.len();
             self.inbuf.resize(at + READ_CHUNK, 0);
@@ -522,7 +527,14 @@ impl Conn {
                         Step::Wait
                     };
                 }
-                Ok(_) => return Step::Wait,
+                Ok(_) => {
+                    if self.inpos == self.inbuf.len() && self.parser.idle() {
+                        // Waiting between requests: an idle client keeps no buffer.
+                        self.inbuf = Vec::new();
+                        self.inpos = 0;
+                    }
+                    return Step::Wait;
+                }
             }
         }
     }
