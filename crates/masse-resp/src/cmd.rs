@@ -83,15 +83,19 @@ pub(crate) fn unknown_sub(out: &mut Out, cmd: &str, sub: &[u8]) {
 
 /// Runs a batch of requests in order, appending every reply to `out`. Runs of plain
 /// `SET key value` and `MSET` commit as one engine batch (one durable group write);
-/// each reply is appended only once its write is durable.
+/// each reply is appended only once its write is durable. Runs of plain `GET key`
+/// are read with one `get_many`.
 pub(crate) fn run_batch(ctx: &Ctx, cl: &mut Client, out: &mut Out, cmds: &[Args]) -> After {
     let mut i = 0;
     while i < cmds.len() {
         if cl.authed {
-            let n = crate::data::set_run(ctx, out, &cmds[i..]);
+            let (n, name) = match crate::data::set_run(ctx, out, &cmds[i..]) {
+                0 => (crate::data::get_run(ctx, out, &cmds[i..]), "get"),
+                n => (n, "set"),
+            };
             if n > 0 {
                 ctx.stats.commands.fetch_add(n as u64, Relaxed);
-                cl.last_cmd = "set".into();
+                cl.last_cmd = name.into();
                 i += n;
                 continue;
             }

@@ -1,7 +1,8 @@
 //! The data commands. Every command that writes takes the striped locks of its
-//! keys (`keys::Stripes`) around its read and its durable write, so a
-//! read-modify-write (APPEND, INCR, SET NX/XX/GET, GETDEL, MSETNX) is atomic with
-//! respect to every other RESP command of this server. Replies to writes are built
+//! keys (`keys::Stripes`) around its read and its durable write — shared for blind
+//! writes (SET, MSET), exclusive for the others — so a read-modify-write (APPEND,
+//! INCR, SET NX/XX/GET, GETDEL, MSETNX, DEL's count) is atomic with respect to every
+//! other RESP command of this server. Replies to writes are built
 //! only after the engine has returned, i.e. once the write is durable.
 
 use crate::cmd::{arity_error, Ctx};
@@ -21,15 +22,13 @@ pub const SCAN_MAX_COUNT: usize = 10_000;
 /// its encoded size.
 fn batchable(a: &Args) -> Option<usize> {
     let name = a[0].to_ascii_lowercase();
-    let pairs = if name == b"set" && a.len() == 3 {
-        &a[1..]
-    } else if name == b"mset" && a.len() >= 3 && a.len() % 2 == 1 {
-        &a[1..]
-    } else {
+    let set = name == b"set" && a.len() == 3;
+    let mset = name == b"mset" && a.len() >= 3 && a.len() % 2 == 1;
+    if !set && !mset {
         return None;
-    };
+    }
     let mut bytes = 0;
-    for kv in pairs.chunks(2) {
+    for kv in a[1..].chunks(2) {
         if key_error(&kv[0]).is_some() || kv[1].len() > MAX_VALUE_LEN {
             return None;
         }
@@ -55,7 +54,7 @@ pub(crate) fn set_run(ctx: &Ctx, out: &mut Out, cmds: &[Args]) -> usize {
         return 0; // a lone MSET too large for one batch: answered with the engine's error
     }
     let pairs = || cmds[..n].iter().flat_map(|a| a[1..].chunks(2));
-    let _locks = ctx.stripes.lock(pairs().map(|kv| &kv[0]));
+    let _locks = ctx.stripes.lock_shared(pairs().map(|kv| &kv[0]));
     let mut b = WriteBatch::new();
     let mut res = Ok(());
     for kv in pairs() {
@@ -74,11 +73,32 @@ pub(crate) fn set_run(ctx: &Ctx, out: &mut Out, cmds: &[Args]) -> usize {
     n
 }
 
+/// Answers the leading run of plain `GET key` commands of `cmds` with one
+/// `Db::get_many` (their device reads go out together); returns how many it took.
+pub(crate) fn get_run(ctx: &Ctx, out: &mut Out, cmds: &[Args]) -> usize {
+    let n = cmds
+        .iter()
+        .take(MANY)
+        .take_while(|a| {
+            a.len() == 2 && a[0].eq_ignore_ascii_case(b"get") && key_error(&a[1]).is_none()
+        })
+        .count();
+    if n < 2 {
+        return 0; // a lone GET takes the ordinary path
+    }
+    let keys: Vec<&[u8]> = cmds[..n].iter().map(|a| &a[1][..]).collect();
+    match ctx.db.get_many(&keys) {
+        Ok(vals) => vals.iter().for_each(|v| hits(ctx, out, v.as_deref())),
+        Err(e) => (0..n).for_each(|_| out.err(&engine_error(&e))),
+    }
+    n
+}
+
 /// Runs data command `name` (arity already checked).
 pub(crate) fn run(ctx: &Ctx, out: &mut Out, name: &str, a: &Args) {
     let keys: &[Vec<u8>] = match name {
         "mset" | "msetnx" => {
-            if a.len() % 2 == 0 {
+            if a.len().is_multiple_of(2) {
                 return arity_error(out, name);
             }
             &[]
@@ -157,12 +177,13 @@ fn set(ctx: &Ctx, out: &mut Out, a: &Args) -> masse::Result<()> {
         }));
         return Ok(());
     }
-    let _l = ctx.stripes.lock([k].into_iter());
-    let old = if nx || xx || get {
-        ctx.db.get(k)?
+    let rmw = nx || xx || get;
+    let _l = if rmw {
+        ctx.stripes.lock([k].into_iter())
     } else {
-        None
+        ctx.stripes.lock_shared([k].into_iter())
     };
+    let old = if rmw { ctx.db.get(k)? } else { None };
     let write = (!nx || old.is_none()) && (!xx || old.is_some());
     if write {
         ctx.db.put(k, v)?;
@@ -232,7 +253,11 @@ fn mset(ctx: &Ctx, out: &mut Out, kv: &[Vec<u8>], nx: bool) -> masse::Result<()>
         out.err(&e);
         return Ok(());
     }
-    let _l = ctx.stripes.lock(kv.chunks(2).map(|p| &p[0]));
+    let _l = if nx {
+        ctx.stripes.lock(kv.chunks(2).map(|p| &p[0]))
+    } else {
+        ctx.stripes.lock_shared(kv.chunks(2).map(|p| &p[0]))
+    };
     if nx {
         let keys: Vec<Vec<u8>> = kv.chunks(2).map(|p| p[0].clone()).collect();
         if count_present(ctx, &keys)?.into_iter().any(|p| p) {
@@ -339,11 +364,20 @@ fn scan(ctx: &Ctx, out: &mut Out, a: &Args) -> masse::Result<()> {
             (b"match", Some(p)) => pat = Some(p),
             (b"count", Some(c)) => match parse_i64(c) {
                 Some(c) if c >= 1 => count = (c as usize).min(SCAN_MAX_COUNT),
-                Some(_) => return Ok(out.err("ERR syntax error")),
-                None => return Ok(out.err("ERR value is not an integer or out of range")),
+                Some(_) => {
+                    out.err("ERR syntax error");
+                    return Ok(());
+                }
+                None => {
+                    out.err("ERR value is not an integer or out of range");
+                    return Ok(());
+                }
             },
             (b"type", Some(t)) => strings = t.eq_ignore_ascii_case(b"string"),
-            _ => return Ok(out.err("ERR syntax error")),
+            _ => {
+                out.err("ERR syntax error");
+                return Ok(());
+            }
         }
         i += 2;
     }

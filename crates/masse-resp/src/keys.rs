@@ -2,7 +2,7 @@
 //! read-modify-write commands (APPEND, INCR, SET NX/GET, GETDEL, MSETNX...) atomic.
 
 use masse::{Error, MAX_KEY_LEN};
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Key prefixes of masse's own layers on the same pool: volumes (`vblock`,
 /// docs/format.md §14) and the file layer (`vfile`). RESP never reads, writes,
@@ -52,28 +52,57 @@ pub fn engine_error(e: &Error) -> String {
 /// keys rarely share one.
 const STRIPES: usize = 4096;
 
-/// Per-key mutual exclusion for the commands of one server.
-pub struct Stripes(Box<[Mutex<()>]>);
+/// Per-key mutual exclusion for the commands of one server. Blind writes (plain
+/// SET, MSET) take their stripes shared: they need no order among themselves (the
+/// engine's commit order decides, and each is a whole-value write), so pipelined
+/// batches of many clients still commit together. Commands that read before they
+/// write take their stripes exclusively, which keeps every blind write and every
+/// other such command on those keys out between their read and their write.
+pub struct Stripes(Box<[RwLock<()>]>);
+
+/// Guards of [`Stripes`]; the locks are held until it drops.
+pub enum Guards<'a> {
+    /// Blind writers.
+    Shared(Vec<RwLockReadGuard<'a, ()>>),
+    /// Read-modify-write.
+    Exclusive(Vec<RwLockWriteGuard<'a, ()>>),
+}
 
 impl Default for Stripes {
     fn default() -> Self {
-        Stripes((0..STRIPES).map(|_| Mutex::new(())).collect())
+        Stripes((0..STRIPES).map(|_| RwLock::new(())).collect())
     }
 }
 
+fn stripes_of<K: AsRef<[u8]>>(keys: impl Iterator<Item = K>) -> Vec<usize> {
+    let mut s: Vec<usize> = keys
+        .map(|k| (masse::index::digest(k.as_ref()) as usize) & (STRIPES - 1))
+        .collect();
+    s.sort_unstable();
+    s.dedup();
+    s
+}
+
 impl Stripes {
-    /// Locks the stripes of `keys` in stripe order (no deadlock between two
-    /// commands), each once. Held until the guards drop: across the durable write.
-    pub fn lock<'a, K: AsRef<[u8]>>(
-        &'a self,
-        keys: impl Iterator<Item = K>,
-    ) -> Vec<MutexGuard<'a, ()>> {
-        let mut s: Vec<usize> = keys
-            .map(|k| (masse::index::digest(k.as_ref()) as usize) & (STRIPES - 1))
-            .collect();
-        s.sort_unstable();
-        s.dedup();
-        s.into_iter().map(|i| self.0[i].lock()).collect()
+    /// Locks the stripes of `keys` exclusively, in stripe order (no deadlock between
+    /// two commands), each once. Held across the durable write.
+    pub fn lock<'a, K: AsRef<[u8]>>(&'a self, keys: impl Iterator<Item = K>) -> Guards<'a> {
+        Guards::Exclusive(
+            stripes_of(keys)
+                .into_iter()
+                .map(|i| self.0[i].write())
+                .collect(),
+        )
+    }
+
+    /// Locks the stripes of `keys` shared (blind writes), in stripe order.
+    pub fn lock_shared<'a, K: AsRef<[u8]>>(&'a self, keys: impl Iterator<Item = K>) -> Guards<'a> {
+        Guards::Shared(
+            stripes_of(keys)
+                .into_iter()
+                .map(|i| self.0[i].read())
+                .collect(),
+        )
     }
 }
 

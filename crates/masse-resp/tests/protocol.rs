@@ -309,3 +309,29 @@ fn shutdown_stops_the_server() {
     s.shutdown();
     assert_eq!(db.get(b"before").expect("get").as_deref(), Some(&b"1"[..]));
 }
+
+/// Pipelined GETs are read together (one get_many) and answered in order.
+#[test]
+fn pipelined_gets_answer_in_order() {
+    let s = server();
+    let mut c = s.client();
+    for i in (0..200).step_by(3) {
+        assert_eq!(
+            c.cmd(&["SET", &format!("g{i}"), &format!("v{i}")]),
+            "+OK\r\n"
+        );
+    }
+    let mut pipe = Vec::new();
+    for i in 0..200 {
+        pipe.extend(encode(&[b"GET", format!("g{i}").as_bytes()]));
+    }
+    c.send_raw(&pipe);
+    for i in 0..200 {
+        let want = if i % 3 == 0 {
+            format!("${}\r\nv{i}\r\n", format!("v{i}").len())
+        } else {
+            "$-1\r\n".into()
+        };
+        assert_eq!(c.reply(), want, "GET g{i}");
+    }
+}
