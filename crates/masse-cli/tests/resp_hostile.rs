@@ -159,6 +159,7 @@ fn hostile_clients_cost_only_their_connection() {
     drop(lazy);
 
     // 1000 idle connections.
+    std::thread::sleep(Duration::from_millis(300));
     let rss1 = rss_kib(pid);
     let t0 = Instant::now();
     let idle: Vec<TcpStream> = (0..1000)

@@ -85,9 +85,19 @@ pub(crate) fn unknown_sub(out: &mut Out, cmd: &str, sub: &[u8]) {
 /// `SET key value` and `MSET` commit as one engine batch (one durable group write);
 /// each reply is appended only once its write is durable. Runs of plain `GET key`
 /// are read with one `get_many`.
-pub(crate) fn run_batch(ctx: &Ctx, cl: &mut Client, out: &mut Out, cmds: &[Args]) -> After {
+///
+/// Stops early once `out` holds more than `out_limit` bytes (a client pipelining
+/// large reads), returning how many commands ran: the rest wait until the client
+/// has taken its replies.
+pub(crate) fn run_batch(
+    ctx: &Ctx,
+    cl: &mut Client,
+    out: &mut Out,
+    cmds: &[Args],
+    out_limit: usize,
+) -> (After, usize) {
     let mut i = 0;
-    while i < cmds.len() {
+    while i < cmds.len() && (i == 0 || out.buf.len() <= out_limit) {
         if cl.authed {
             let (n, name) = match crate::data::set_run(ctx, out, &cmds[i..]) {
                 0 => (crate::data::get_run(ctx, out, &cmds[i..]), "get"),
@@ -102,12 +112,12 @@ pub(crate) fn run_batch(ctx: &Ctx, cl: &mut Client, out: &mut Out, cmds: &[Args]
         }
         ctx.stats.commands.fetch_add(1, Relaxed);
         let a = run_one(ctx, cl, out, &cmds[i]);
-        if a != After::Continue {
-            return a;
-        }
         i += 1;
+        if a != After::Continue {
+            return (a, i);
+        }
     }
-    After::Continue
+    (After::Continue, i)
 }
 
 fn run_one(ctx: &Ctx, cl: &mut Client, out: &mut Out, args: &Args) -> After {

@@ -15,6 +15,8 @@ use std::sync::atomic::Ordering::Relaxed;
 const RUN_MAX: usize = 512;
 /// Keys read per engine call in MGET, EXISTS, DEL.
 const MANY: usize = 256;
+/// Most GETs read together: bounds the replies one run can add (32 × 2 MiB).
+const GET_RUN: usize = 32;
 /// Largest COUNT honoured by SCAN (a page holds GC off while it is read).
 pub const SCAN_MAX_COUNT: usize = 10_000;
 
@@ -78,7 +80,7 @@ pub(crate) fn set_run(ctx: &Ctx, out: &mut Out, cmds: &[Args]) -> usize {
 pub(crate) fn get_run(ctx: &Ctx, out: &mut Out, cmds: &[Args]) -> usize {
     let n = cmds
         .iter()
-        .take(MANY)
+        .take(GET_RUN)
         .take_while(|a| {
             a.len() == 2 && a[0].eq_ignore_ascii_case(b"get") && key_error(&a[1]).is_none()
         })

@@ -344,6 +344,8 @@ struct Conn {
     out: Out,
     sent: usize,
     client: Client,
+    /// Requests parsed but not run yet (a batch stopped at the output limit).
+    backlog: Vec<Args>,
     /// Close once the replies are sent (QUIT, SHUTDOWN, protocol error, EOF).
     closing: bool,
     eof: bool,
@@ -493,6 +495,9 @@ impl Conn {
         if self.pending() > ctx.cfg.max_output {
             return Step::Wait; // read no more until the client reads its replies
         }
+        if !self.backlog.is_empty() {
+            return Step::Run(std::mem::take(&mut self.backlog));
+        }
         loop {
             let more = match self.fill(&ctx.stats) {
                 Ok(m) => m,
@@ -544,12 +549,16 @@ impl Conn {
     fn work(&mut self, ctx: &Ctx, stopping: &AtomicBool, mut cmds: Vec<Args>) {
         for round in 1.. {
             let errs = self.out.errors;
-            let after = run_batch(ctx, &mut self.client, &mut self.out, &cmds);
+            let limit = ctx.cfg.max_output;
+            let (after, ran) = run_batch(ctx, &mut self.client, &mut self.out, &cmds, limit);
             ctx.stats
                 .error_replies
                 .fetch_add(self.out.errors - errs, Relaxed);
             if after != After::Continue {
                 self.closing = true;
+            } else if ran < cmds.len() {
+                cmds.drain(..ran);
+                self.backlog = cmds;
             }
             if round == WORKER_ROUNDS {
                 // The loop's turn: it services this connection as soon as it is back.
@@ -812,6 +821,7 @@ impl EventLoop {
             out: Out::default(),
             sent: 0,
             client,
+            backlog: Vec::new(),
             closing: false,
             eof: false,
             last_active: Instant::now(),

@@ -335,3 +335,24 @@ fn pipelined_gets_answer_in_order() {
         assert_eq!(c.reply(), want, "GET g{i}");
     }
 }
+
+/// A pipeline whose replies exceed the output limit is run in parts as the client
+/// reads them: every reply arrives, in order.
+#[test]
+fn large_pipelined_replies_resume_as_the_client_reads() {
+    let s = server();
+    let mut c = s.client();
+    let big = "b".repeat(1 << 20);
+    assert_eq!(c.cmd(&["SET", "big", &big]), "+OK\r\n");
+    let mut pipe = Vec::new();
+    for i in 0..40 {
+        pipe.extend(encode(&[b"GET", b"big"]));
+        pipe.extend(encode(&[b"ECHO", format!("{i}").as_bytes()]));
+    }
+    c.send_raw(&pipe);
+    let want = format!("${}\r\n{big}\r\n", big.len());
+    for i in 0..40 {
+        assert!(c.reply() == want, "GET {i}");
+        assert_eq!(c.reply(), format!("${}\r\n{i}\r\n", format!("{i}").len()));
+    }
+}
