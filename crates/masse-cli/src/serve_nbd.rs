@@ -265,13 +265,7 @@ fn nbd(a: &NbdArgs) -> CliResult<i32> {
         urls.push(format!("nbd+unix:///{first}?socket={}", p.display()));
     }
     let stop = srv.stop_handle();
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        let w = stop
-            .wake_socket()
-            .map_err(|e| CliError::new(format!("cannot set up signal handling: {e}")))?;
-        signal_hook::low_level::pipe::register(sig, w)
-            .map_err(|e| CliError::new(format!("cannot set up signal handling: {e}")))?;
-    }
+    stop_on_signals(|| stop.wake_socket())?;
     let stats = srv.stats();
     for d in &descr {
         println!("export {d}");
@@ -288,6 +282,19 @@ fn nbd(a: &NbdArgs) -> CliResult<i32> {
         Some(d) => close_pool(d),
         None => Ok(0),
     }
+}
+
+/// SIGTERM and SIGINT write to a fresh socket from `wake` (a server's stop handle),
+/// which makes the server stop.
+pub fn stop_on_signals(
+    wake: impl Fn() -> std::io::Result<std::os::unix::net::UnixStream>,
+) -> CliResult<()> {
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        let w = wake().map_err(|e| CliError::new(format!("cannot set up signal handling: {e}")))?;
+        signal_hook::low_level::pipe::register(sig, w)
+            .map_err(|e| CliError::new(format!("cannot set up signal handling: {e}")))?;
+    }
+    Ok(())
 }
 
 /// After a server stopped: print the engine's statistics and close the pool cleanly

@@ -192,13 +192,7 @@ pub fn run(a: &RespArgs) -> CliResult<i32> {
         where_.push(format!("unix://{}", p.display()));
     }
     let stop = srv.stop_handle();
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        let w = stop
-            .wake_socket()
-            .map_err(|e| CliError::new(format!("cannot set up signal handling: {e}")))?;
-        signal_hook::low_level::pipe::register(sig, w)
-            .map_err(|e| CliError::new(format!("cannot set up signal handling: {e}")))?;
-    }
+    crate::serve_nbd::stop_on_signals(|| stop.wake_socket())?;
     let stats = srv.stats();
     for w in &where_ {
         println!("listening on {w}");
