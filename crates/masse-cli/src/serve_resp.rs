@@ -107,8 +107,10 @@ fn password(a: &RespArgs) -> CliResult<Option<Vec<u8>>> {
 }
 
 fn config(a: &RespArgs) -> CliResult<Config> {
-    let mut cfg = Config::default();
-    cfg.password = password(a)?;
+    let mut cfg = Config {
+        password: password(a)?,
+        ..Config::default()
+    };
     if let Some(b) = a.max_bulk {
         if b == 0 || b > cfg.limits.max_bulk as u64 {
             return Err(CliError::new(format!(

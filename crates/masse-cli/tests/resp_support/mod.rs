@@ -2,6 +2,7 @@
 //! (the pool and process helpers of `nbd_support`), redis-cli, and a raw client.
 #![allow(dead_code)]
 
+#[allow(unused_imports)] // each test file uses a different subset
 pub use crate::nbd_support::{have_tool, run_ok, Pool, Server, MASSE};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
