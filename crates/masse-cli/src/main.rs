@@ -20,6 +20,7 @@ mod probe;
 mod probe_create;
 mod progress;
 mod serve_nbd;
+mod serve_resp;
 mod stress;
 mod stress_enum;
 mod top;
@@ -146,7 +147,7 @@ enum Cmd {
     /// reported and survivable. Exit code 5 (and a replay command) when a guarantee is broken.
     Stress(stress::StressArgs),
 
-    /// Serve the pool's volumes over a network protocol (nbd)
+    /// Serve the pool over a network protocol: nbd (volumes as block devices), resp (Redis)
     Serve(serve_nbd::ServeArgs),
     /// Run RocksDB db_bench's workloads on a masse pool, with data-center QoS reports
     ///

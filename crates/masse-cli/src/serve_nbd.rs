@@ -41,6 +41,24 @@ Examples:
   qemu-img convert -O raw image.qcow2 nbd://127.0.0.1/disk0
   masse serve nbd --raw /dev/nvme0n1 --socket /run/raw.sock --export raw")]
     Nbd(NbdArgs),
+
+    /// Serve the pool over the Redis protocol (RESP2, RESP3 via HELLO 3)
+    ///
+    /// Strings only: GET SET (NX XX GET) SETNX GETDEL MGET MSET MSETNX DEL UNLINK EXISTS
+    /// STRLEN APPEND INCR INCRBY DECR DECRBY DBSIZE SCAN INFO, plus the connection commands
+    /// (PING ECHO QUIT SELECT 0 HELLO AUTH CLIENT COMMAND CONFIG GET SHUTDOWN). Every reply
+    /// to a write is sent once the write is durable; concurrent writes of all clients (and
+    /// pipelined SET/MSET runs of one client) are committed together. Keys are masse keys
+    /// (1..=1024 bytes); values up to 2 MiB − 4 KiB; no expiry. Stop with SIGTERM, Ctrl-C or
+    /// SHUTDOWN: running commands finish and are answered, then the pool is closed cleanly.
+    /// See docs/resp.md; docs/scale.md for several machines behind twemproxy.
+    #[command(after_help = "\
+Examples:
+  masse create --fast /dev/shm/f --fast-size 1G --capacity /var/tmp/c --capacity-size 16G
+  masse serve resp --fast /dev/shm/f --capacity /var/tmp/c
+  redis-cli set hello world
+  masse serve resp --fast /dev/shm/f --capacity /var/tmp/c --listen 0.0.0.0:6379 --password-file /etc/masse/pass")]
+    Resp(crate::serve_resp::RespArgs),
 }
 
 #[derive(Args, Debug)]
@@ -174,6 +192,7 @@ fn spec_of(a: &NbdArgs, size: u64) -> CliResult<VolumeSpec> {
 pub fn run(a: &ServeArgs) -> CliResult<i32> {
     match &a.what {
         ServeWhat::Nbd(n) => nbd(n),
+        ServeWhat::Resp(r) => crate::serve_resp::run(r),
     }
 }
 
@@ -314,13 +333,7 @@ fn nbd(a: &NbdArgs) -> CliResult<i32> {
         urls.push(format!("nbd+unix:///{first}?socket={}", p.display()));
     }
     let stop = srv.stop_handle();
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        let w = stop
-            .wake_socket()
-            .map_err(|e| CliError::new(format!("cannot set up signal handling: {e}")))?;
-        signal_hook::low_level::pipe::register(sig, w)
-            .map_err(|e| CliError::new(format!("cannot set up signal handling: {e}")))?;
-    }
+    stop_on_signals(|| stop.wake_socket())?;
     let stats = srv.stats();
     let slot = EngineSlot::new();
     if let Some(d) = &db {
@@ -344,20 +357,40 @@ fn nbd(a: &NbdArgs) -> CliResult<i32> {
     slot.clear();
     drop(metrics);
     r.map_err(|e| CliError::new(e.to_string()))?;
-    if let Some(d) = db {
-        eprint!("engine statistics:\n{}", d.stats().to_text());
-        match Arc::try_unwrap(d) {
-            Ok(db) => db
-                .close()
-                .map_err(|e| CliError::new(format!("closing the pool: {e}")))?,
-            Err(d) => {
-                // Should not happen (every export is gone); all writes are durable anyway.
-                d.flush()
-                    .map_err(|e| CliError::new(format!("flushing the pool: {e}")))?;
-            }
-        }
-        eprintln!("masse: pool closed cleanly");
+    match db {
+        Some(d) => close_pool(d),
+        None => Ok(0),
     }
+}
+
+/// SIGTERM and SIGINT write to a fresh socket from `wake` (a server's stop handle),
+/// which makes the server stop.
+pub fn stop_on_signals(
+    wake: impl Fn() -> std::io::Result<std::os::unix::net::UnixStream>,
+) -> CliResult<()> {
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        let w = wake().map_err(|e| CliError::new(format!("cannot set up signal handling: {e}")))?;
+        signal_hook::low_level::pipe::register(sig, w)
+            .map_err(|e| CliError::new(format!("cannot set up signal handling: {e}")))?;
+    }
+    Ok(())
+}
+
+/// After a server stopped: print the engine's statistics and close the pool cleanly
+/// (writer drained, checkpoint, clean epoch).
+pub fn close_pool(d: Arc<masse::Db>) -> CliResult<i32> {
+    eprint!("engine statistics:\n{}", d.stats().to_text());
+    match Arc::try_unwrap(d) {
+        Ok(db) => db
+            .close()
+            .map_err(|e| CliError::new(format!("closing the pool: {e}")))?,
+        Err(d) => {
+            // Should not happen (the server is gone); all writes are durable anyway.
+            d.flush()
+                .map_err(|e| CliError::new(format!("flushing the pool: {e}")))?;
+        }
+    }
+    eprintln!("masse: pool closed cleanly");
     Ok(0)
 }
 

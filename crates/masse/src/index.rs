@@ -782,6 +782,48 @@ impl Index {
         }
     }
 
+    /// Calls `f(fingerprint, location)` for the entries of shard `shard` whose
+    /// [`fingerprint`] is at least `from`, in increasing fingerprint order, under
+    /// the shard's read lock, until `f` returns `false`.
+    ///
+    /// An entry's place in this order — (shard, fingerprint) — depends on its
+    /// digest only, not on the table's capacity or on other entries, so a scan
+    /// resumed from a fingerprint across calls (and across growth, inserts and
+    /// removals in between) visits every entry present throughout exactly once.
+    pub fn scan_shard(&self, shard: usize, from: u64, mut f: impl FnMut(u64, u64) -> bool) {
+        let Some(p) = self.shards.get(shard) else {
+            return;
+        };
+        let s = p.0.read();
+        let t = &s.table;
+        let cap = t.len();
+        if cap == 0 {
+            return;
+        }
+        // Slot order is fingerprint order, except for a cluster that wraps past
+        // the end: its entries sit at the start and are the largest (`rebuild`).
+        let wrapped = t
+            .iter()
+            .enumerate()
+            .take_while(|(pos, e)| e[0] != 0 && *pos < home(e[0], cap))
+            .count();
+        let start = match probe(t, from.max(1)) {
+            Probe::Found(p) | Probe::Vacant(p) => p,
+        };
+        // `start` as a rank in fingerprint order: t[wrapped..] then t[..wrapped].
+        let first = if start >= wrapped {
+            start - wrapped
+        } else {
+            cap - wrapped + start
+        };
+        for rank in first..cap {
+            let e = t[(rank + wrapped) % cap];
+            if e[0] != 0 && e[0] >= from && !f(e[0], e[1]) {
+                return;
+            }
+        }
+    }
+
     /// Removes every entry whose location fails `f` (called once per entry,
     /// shard by shard, each shard under its write lock).
     pub fn retain(&self, mut f: impl FnMut(u64) -> bool) {
