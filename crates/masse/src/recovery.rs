@@ -206,6 +206,8 @@ struct Replay<'a> {
     seen_max: u64,
     /// Records skipped because they follow records a crash tore away.
     after_tear: u64,
+    /// Footerless segments followed by others: (band, slot, seq, records).
+    unread: Vec<(u32, u64, u64, usize)>,
     /// Skipping records written in the same unsynced burst as a torn one.
     cutting: bool,
     max_seq: u64,
@@ -251,6 +253,7 @@ impl<'a> Replay<'a> {
             blank_since: false,
             seen_max: ck_next_seq.saturating_sub(1),
             after_tear: 0,
+            unread: Vec::new(),
             cutting: false,
             max_seq: ck_next_seq.saturating_sub(1),
             min_seq: vec![u64::MAX; nb],
@@ -287,20 +290,16 @@ impl<'a> Replay<'a> {
         );
         // A footerless segment is the frontier if nothing follows it; otherwise
         // its summary was lost (a torn seal, or damage) and its records were parsed.
-        let mut unread_summary: Option<(u64, usize)> = None;
+        let mut unread_summary: Option<(u64, u64, usize)> = None;
         let end = sc.scan(p.start_slot, inner.layout.slots_per_band, true, &mut |f| {
-            if let Some((slot, n)) = unread_summary.take() {
-                inner.note(format!(
-                    "band {} slot {slot}: segment summary unreadable (a seal torn at a crash, \
-                     or damage); its {n} records were recovered by parsing",
-                    p.band
-                ));
+            if let Some((slot, seq, n)) = unread_summary.take() {
+                self.unread.push((p.band, slot, seq, n));
             }
             self.partial = None;
             match f {
                 Found::Segment(s) => {
                     if s.source == Source::Parsed {
-                        unread_summary = Some((s.slot, s.entries.len()));
+                        unread_summary = Some((s.slot, s.seq, s.entries.len()));
                         if newest && s.nslots == 1 {
                             self.partial = Some(Partial {
                                 band: p.band,
@@ -460,7 +459,22 @@ impl<'a> Replay<'a> {
     }
 
     /// End of replay: a group still pending was cut short by the crash.
+    /// Footerless segments that newer ones follow: a seal torn at a crash
+    /// (the summary and footer are written after the records are synced), or
+    /// a damaged summary. Either way every record was parsed and nothing is
+    /// lost, so it is a note. A seal torn at an earlier crash stays footerless,
+    /// so age cannot tell the two apart.
+    fn report_unread(&mut self) {
+        for (band, slot, _seq, n) in std::mem::take(&mut self.unread) {
+            self.inner.note(format!(
+                "band {band} slot {slot}: segment summary unreadable (a seal torn at a crash, \
+                 or damage); its {n} records were recovered by parsing"
+            ));
+        }
+    }
+
     fn finish(&mut self) {
+        self.report_unread();
         self.cut += self.group.len() as u64;
         self.group.clear();
         if self.after_tear > 0 {
