@@ -35,6 +35,7 @@ pub mod format;
 mod gc;
 pub mod index;
 mod layout;
+mod part;
 mod pool;
 mod recovery;
 pub mod stats;
