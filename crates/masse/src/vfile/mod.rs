@@ -20,6 +20,8 @@
 
 mod dir;
 mod error;
+mod piece;
+mod read;
 mod record;
 
 pub use error::{VfsError, VfsResult};
@@ -208,6 +210,8 @@ struct Node {
 struct Shared {
     db: Arc<Db>,
     cs: u64,
+    /// Layout of chunk values (piece checksums from format 2 on).
+    codec: piece::Codec,
     opts: VfsOptions,
     max_batch: usize,
     nodes: Mutex<HashMap<u64, Arc<Node>>>,
@@ -337,6 +341,7 @@ impl Vfs {
                 let s = Super {
                     chunk_size: cs,
                     ino_limit: ROOT_INO + 1,
+                    piece: piece::PIECE.min(cs),
                 };
                 let (uid, gid) = opts.root_owner;
                 let root = Inode::new(Kind::Dir, 0o755, uid, gid, ROOT_INO);
@@ -354,6 +359,7 @@ impl Vfs {
         let sh = Arc::new(Shared {
             db,
             cs: sup.chunk_size as u64,
+            codec: piece::Codec { piece: sup.piece },
             opts,
             max_batch,
             nodes: Mutex::new(HashMap::new()),
@@ -562,11 +568,10 @@ impl Vfs {
     }
 
     /// Read up to `len` bytes at `off` (short at end of file; holes read as zeros).
+    /// Only the bytes asked for are read from the engine where the chunk format
+    /// allows it (`read.rs`).
     pub fn read(&self, ino: u64, off: u64, len: usize) -> VfsResult<Vec<u8>> {
-        let n = self.sh.node(ino)?;
-        let st = n.st.read();
-        st.live()?;
-        self.sh.read_locked(&st, ino, off, len)
+        self.sh.read_vec(ino, off, len)
     }
 
     /// Write `data` at `off`, extending the file as needed; returns bytes written.
@@ -774,6 +779,7 @@ impl Shared {
             let s = Super {
                 chunk_size: self.cs as u32,
                 ino_limit: limit,
+                piece: self.codec.piece,
             };
             self.db.put(&super_key(), &s.encode())?;
             a.1 = limit;
@@ -1328,8 +1334,11 @@ impl Shared {
             return Ok(None);
         }
         self.c.chunk_reads.fetch_add(1, Relaxed);
-        match self.db.get(&chunk_key(ino, idx))? {
-            Some(v) => self.durable_part(st, ino, idx, v).map(Some),
+        let k = chunk_key(ino, idx);
+        match self.db.get(&k)? {
+            Some(v) => self
+                .durable_part(st, ino, idx, self.codec.decode(&k, v)?)
+                .map(Some),
             None => Ok(None),
         }
     }
@@ -1352,76 +1361,6 @@ impl Shared {
         let valid = (st.disk.size - idx * self.cs).min(self.cs) as usize;
         v.truncate(valid);
         Ok(v)
-    }
-
-    fn read_locked(&self, st: &NodeState, ino: u64, off: u64, len: usize) -> VfsResult<Vec<u8>> {
-        match st.inode.kind {
-            Kind::File => {}
-            Kind::Dir => return Err(VfsError::IsDir),
-            Kind::Symlink => return Err(VfsError::Invalid("read of a symbolic link")),
-        }
-        let size = st.inode.size;
-        if off >= size || len == 0 {
-            return Ok(Vec::new());
-        }
-        let end = size.min(off.saturating_add(len as u64));
-        let mut out = vec![0u8; (end - off) as usize];
-        let cs = self.cs;
-        // The chunks to fetch from the engine, all at once: a read spanning several
-        // chunks (a compaction read, read-ahead, a block across a chunk boundary)
-        // then waits for about one device read instead of one per chunk.
-        let (first, last) = (off / cs, (end - 1) / cs);
-        let wanted: Vec<u64> = (first..=last)
-            .filter(|i| !st.dirty.contains_key(i) && i * cs < st.disk.size)
-            .collect();
-        let fetched = self.read_chunks(st, ino, &wanted)?;
-        let mut pos = off;
-        while pos < end {
-            let idx = pos / cs;
-            let cstart = idx * cs;
-            let cend = (cstart + cs).min(end);
-            let o = (pos - cstart) as usize;
-            let n = (cend - pos) as usize;
-            let dst = &mut out[(pos - off) as usize..(pos - off) as usize + n];
-            let data: Option<&[u8]> = if let Some(b) = st.dirty.get(&idx) {
-                self.c.buffer_hits.fetch_add(1, Relaxed);
-                Some(b)
-            } else {
-                wanted
-                    .binary_search(&idx)
-                    .ok()
-                    .and_then(|j| fetched[j].as_deref())
-            };
-            if let Some(d) = data {
-                if o < d.len() {
-                    let m = n.min(d.len() - o);
-                    dst[..m].copy_from_slice(&d[o..o + m]);
-                }
-            }
-            pos = cend;
-        }
-        Ok(out)
-    }
-
-    /// Chunks `idxs` of `ino` (each below the durable size) in one engine call;
-    /// `None` for a hole. The same checks as [`Shared::read_chunk`].
-    fn read_chunks(
-        &self,
-        st: &NodeState,
-        ino: u64,
-        idxs: &[u64],
-    ) -> VfsResult<Vec<Option<Vec<u8>>>> {
-        if idxs.len() <= 1 {
-            return idxs.iter().map(|&i| self.read_chunk(st, ino, i)).collect();
-        }
-        self.c.chunk_reads.fetch_add(idxs.len() as u64, Relaxed);
-        let keys: Vec<Vec<u8>> = idxs.iter().map(|&i| chunk_key(ino, i)).collect();
-        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-        let vals = self.db.get_many(&refs)?;
-        idxs.iter()
-            .zip(vals)
-            .map(|(&idx, v)| v.map(|v| self.durable_part(st, ino, idx, v)).transpose())
-            .collect()
     }
 
     fn write_locked(&self, st: &mut NodeState, ino: u64, off: u64, data: &[u8]) -> VfsResult<()> {
@@ -1523,7 +1462,7 @@ impl Shared {
                     nchunks += 1;
                 }
             } else {
-                b.put(&k, v)?;
+                b.put(&k, &self.codec.encode(&k, v))?;
                 written += v.len() as u64;
                 nchunks += 1;
             }
