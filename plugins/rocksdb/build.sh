@@ -5,6 +5,7 @@
 #   plugins/rocksdb/build.sh                 # build (first time ~25 min on a quiet 2-core machine), print db_bench's path
 #   plugins/rocksdb/build.sh --no-full-build # only reuse or relink a cached build; exit 3 if RocksDB itself is not built yet
 #   plugins/rocksdb/build.sh --no-cargo      # use target/release/libmasse_ffi.a as it is (a caller inside cargo)
+#   plugins/rocksdb/build.sh --jobs N        # compile jobs (default: number of CPUs)
 #
 # Steps: cargo builds libmasse_ffi.a (the C API, linked statically into the
 # plugin); bench/build-rocksdb.sh --plugin plugins/rocksdb/masse compiles the
@@ -18,10 +19,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 FULL=1
 CARGO=1
+JOBS=$(nproc)
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-full-build) FULL=0 ;;
         --no-cargo) CARGO=0 ;;
+        --jobs) JOBS=$2; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -48,6 +51,6 @@ if [ -x "$BIN" ] && [ "$(cat "$(dirname "$BIN")/masse-ffi.sha" 2>/dev/null)" != 
     say "libmasse_ffi.a changed since $BIN was linked: relinking"
     FORCE=(--force)
 fi
-BIN=$(nice -n 10 "$REPO/bench/build-rocksdb.sh" --plugin "$HERE/masse" "${FORCE[@]}" | tail -1)
+BIN=$(nice -n 10 "$REPO/bench/build-rocksdb.sh" --plugin "$HERE/masse" --jobs "$JOBS" "${FORCE[@]}" | tail -1)
 echo "$LIBSHA" > "$(dirname "$BIN")/masse-ffi.sha"
 echo "$BIN"
