@@ -8,6 +8,7 @@
 #   bench/vfile-terarkdb.sh            # 10^7 keys, 120 s of readrandomwriterandom per side
 #   bench/vfile-terarkdb.sh --quick    # 10^6 keys, 30 s per side
 #   NUM=3000000 DURATION=60 THREADS=4 bench/vfile-terarkdb.sh
+#   bench/vfile-terarkdb.sh --plot bench/results/vfile-terarkdb-STAMP   # (re)draw a run's chart
 #
 # Environment: NUM (keys), DURATION (seconds of the mixed phase), THREADS (db_bench
 # threads, default 4), MOUNT_THREADS (FUSE threads of the mount, default 4), BENCH_DIR (where the ext4 database and the capacity-tier
@@ -24,6 +25,59 @@
 # the engine's fast tier (a /dev/shm file standing in for SCM) on the mount.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+parse() { # file -> "ops/s avg p99 p99.9" (read histogram)
+    awk '
+        /^readrandomwriterandom/ { for (i = 1; i <= NF; i++) if ($i == "ops/sec") ops = $(i-1) }
+        /Microseconds per read:/ { r = 1; next }
+        /Microseconds per write:/ { r = 0 }
+        r && /^Count:/ { avg = $4 }
+        r && /^Percentiles:/ { p99 = $7; p999 = $9 }
+        END { printf "%s %s %s %s\n", ops, avg, p99, p999 }' "$1"
+}
+
+# Chart of a results directory: ops/s and read latency (mean, p99, p99.9) per side.
+plot() { # dir -> dir/chart.svg, dir/chart.png
+    local dir=$1 dat=$1/chart.dat side label num
+    if ! command -v gnuplot >/dev/null; then
+        echo "gnuplot not found: no chart (apt-get install -y gnuplot-nox)"; return 0
+    fi
+    : > "$dat"
+    for side in "ext4:ext4" "masse:masse mount" "plugin:masse plugin"; do
+        label=${side#*:}; side=${side%%:*}
+        [ -f "$dir/$side-mixed.txt" ] || continue
+        echo "\"$label\" $(parse "$dir/$side-mixed.txt")" >> "$dat"
+    done
+    num=$(grep -o -m1 'NUM=[0-9]*' "$dir/summary.txt" || true)
+    for ext in svg png; do
+        local term="svg size 1100,440 dynamic font 'sans,11'"
+        [ $ext = png ] && term="pngcairo size 1100,440 font 'sans,10'"
+        gnuplot <<EOF
+set terminal $term
+set output "$dir/chart.$ext"
+set termoption noenhanced
+set multiplot layout 1,2 title "db_bench 11.8.1 readrandomwriterandom 70/30 ($num, 20 B keys, 100 B values, no block cache, direct reads)"
+set style data histograms
+set style fill solid 0.8 border -1
+set grid ytics
+set yrange [0:*]
+set title "throughput"
+set ylabel "ops/s"
+plot "$dat" using 2:xtic(1) lc rgb "#c0392b" notitle
+set title "read latency"
+set ylabel "µs (log)"
+set logscale y
+set yrange [10:*]
+set style histogram clustered gap 1
+set key top right
+plot "$dat" using 3:xtic(1) title "mean" lc rgb "#888888", "" using 4 title "p99" lc rgb "#e67e22", "" using 5 title "p99.9" lc rgb "#c0392b"
+unset multiplot
+EOF
+    done
+    rm -f "$dat"
+    echo "chart: $dir/chart.svg, $dir/chart.png"
+}
+if [ "${1:-}" = "--plot" ]; then plot "$2"; exit 0; fi
 
 if [ "${1:-}" = "--quick" ]; then
     NUM=${NUM:-1000000}
@@ -166,15 +220,6 @@ if [ "$PLUGIN" = 1 ]; then
 fi
 
 # Side by side.
-parse() { # file -> "ops/s avg p99 p99.9" (read histogram)
-    awk '
-        /^readrandomwriterandom/ { for (i = 1; i <= NF; i++) if ($i == "ops/sec") ops = $(i-1) }
-        /Microseconds per read:/ { r = 1; next }
-        /Microseconds per write:/ { r = 0 }
-        r && /^Count:/ { avg = $4 }
-        r && /^Percentiles:/ { p99 = $7; p999 = $9 }
-        END { printf "%s %s %s %s\n", ops, avg, p99, p999 }' "$1"
-}
 read -r E_OPS E_AVG E_P99 E_P999 < <(parse "$OUT/ext4-mixed.txt")
 read -r M_OPS M_AVG M_P99 M_P999 < <(parse "$OUT/masse-mixed.txt")
 P_OPS=-; P_AVG=-; P_P99=-; P_P999=-
@@ -245,4 +290,5 @@ if [ -f "$OUT/perf-plugin.data" ]; then
     } | tee -a "$OUT/summary.txt"
 fi
 rm -f "$OUT"/*.pid
+plot "$OUT"
 echo "results in $OUT/"
