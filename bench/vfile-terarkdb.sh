@@ -120,6 +120,9 @@ cleanup() {
     if mountpoint -q "$MNT" 2>/dev/null; then
         fusermount3 -u "$MNT" 2>/dev/null || umount "$MNT" 2>/dev/null || true
     fi
+    # A mount still up (a file held open by a failed run): SIGTERM makes masse
+    # unmount and close the pool itself, so the wait below cannot hang.
+    if [ -n "$MPID" ] && mountpoint -q "$MNT" 2>/dev/null; then kill -TERM "$MPID" 2>/dev/null || true; fi
     if [ -n "$MPID" ]; then wait "$MPID" 2>/dev/null || true; fi
     rm -rf "$EXT4" "$FAST" "$CAP"
     rmdir "$MNT" 2>/dev/null || true
