@@ -45,3 +45,40 @@ fn block_read_fetches_only_its_pieces() {
         );
     }
 }
+
+/// A file layer made before piece checksums (superblock version 1: bare chunk
+/// bytes, whole-chunk reads) keeps working: written, read in parts, reopened.
+#[test]
+fn format_1_file_layer_still_reads_and_writes() {
+    let pool = MemPool::tiered(64 << 20, 256 << 20);
+    let db = Arc::new(Db::create(&pool.config(), opts()).unwrap());
+    let vo = || VfsOptions {
+        chunk_size: 4096,
+        writeback_interval: None,
+        ..Default::default()
+    };
+    Vfs::open(db.clone(), vo()).unwrap().close().unwrap();
+    // Rewrite the superblock as version 1: magic(8) version(4) chunk(4) ino limit(8).
+    let skey = b"\0vfS".to_vec();
+    let mut sup = db.get(&skey).unwrap().expect("superblock");
+    assert_eq!(u32::from_le_bytes(sup[8..12].try_into().unwrap()), 2);
+    sup.truncate(24);
+    sup[8..12].copy_from_slice(&1u32.to_le_bytes());
+    db.put(&skey, &sup).unwrap();
+
+    let blob: Vec<u8> = (0..20_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    let v = Vfs::open(db.clone(), vo()).unwrap();
+    let f = v.create(ROOT_INO, b"old", 0o644, 0, 0).unwrap();
+    v.write(f.ino, 0, &blob).unwrap();
+    v.fsync(f.ino).unwrap();
+    let before = db.stats().user_bytes_read;
+    assert_eq!(v.read(f.ino, 5000, 100).unwrap(), &blob[5000..5100]);
+    // Version 1 reads the whole 4 KiB chunk: the layout is unchanged.
+    assert_eq!(db.stats().user_bytes_read - before, 4096);
+    v.close().unwrap();
+    drop(v);
+    let v = Vfs::open(db.clone(), vo()).unwrap();
+    let f = v.lookup(ROOT_INO, b"old").unwrap();
+    assert_eq!(v.read(f.ino, 0, blob.len()).unwrap(), blob);
+    assert_eq!(db.get(&skey).unwrap().unwrap()[8..12], 1u32.to_le_bytes());
+}
