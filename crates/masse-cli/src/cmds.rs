@@ -37,7 +37,7 @@ impl KeyArg {
     }
 }
 
-fn decode_hex(s: &str) -> CliResult<Vec<u8>> {
+pub fn decode_hex(s: &str) -> CliResult<Vec<u8>> {
     let t = s
         .strip_prefix("0x")
         .or_else(|| s.strip_prefix("0X"))
@@ -62,7 +62,7 @@ fn decode_hex(s: &str) -> CliResult<Vec<u8>> {
 }
 
 /// Open, run `f`, close — closing even when `f` failed, reporting `f`'s error first.
-fn with_db<T>(pool: &PoolArgs, f: impl FnOnce(&Db) -> CliResult<T>) -> CliResult<T> {
+pub fn with_db<T>(pool: &PoolArgs, f: impl FnOnce(&Db) -> CliResult<T>) -> CliResult<T> {
     let db = open_pool(pool, Options::default())?;
     let r = f(&db);
     let c = db.close();
@@ -96,10 +96,12 @@ pub fn create(a: &CreateArgs) -> CliResult<i32> {
     }
     let db = create_pool(&cfg, &new_files, a.force, Options::default())?;
     let layout = PoolLayout::of(&db);
+    let warnings = crate::pool::pool_warnings(&db, "warning: ");
     db.close()
         .map_err(|e| CliError::new(format!("closing the new pool: {e}")))?;
     println!("created a {} pool", layout.geometry.mode.name());
     print!("{}", layout.to_text("  "));
+    print!("{warnings}");
     if !crate::pool::sim_report().is_empty() {
         println!(
             "note: the pool is on emulated drives, which live in this process only; \

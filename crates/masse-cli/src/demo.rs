@@ -782,6 +782,8 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
         t0.elapsed().as_secs_f64() * 1e3
     ));
     print!("{}", layout.to_text("          "));
+    // Not a reason to stop a demo, but worth knowing before keeping its files.
+    print!("{}", crate::pool::pool_warnings(&db, "          note: "));
     let g = &layout.geometry;
     let bands: u64 = g.bands_per_device.iter().map(|&b| b as u64).sum();
     let tier = bands * g.band_size;

@@ -3,10 +3,16 @@
 mod ack_writer;
 mod bench;
 mod cmds;
+mod data;
 mod demo;
+mod dumpfmt;
 mod error;
+mod gen;
+mod logging;
 mod machine;
 mod media_bench;
+mod metrics;
+mod metrics_engine;
 mod mount;
 mod place;
 mod pool;
@@ -14,9 +20,12 @@ mod probe;
 mod probe_create;
 mod progress;
 mod serve_nbd;
+mod serve_resp;
 mod stress;
+mod stress_enum;
+mod top;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use error::{CliResult, EXIT_ERROR};
 
 const ABOUT: &str = "\
@@ -39,6 +48,16 @@ Exit codes: 0 success, 1 key not found (get), 2 error, 3 check found problems,
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+
+    /// What to log on stderr: error, warn, info (open and recovery, checkpoints, GC
+    /// passes), debug (write stalls), trace; or directives like `masse=debug`.
+    /// Overrides RUST_LOG. Default: RUST_LOG if set, else warn.
+    #[arg(long, global = true, value_name = "LEVEL", help_heading = "Logging")]
+    log_level: Option<String>,
+
+    /// Log as text lines or as JSON objects, one per line. Default: text.
+    #[arg(long, global = true, value_enum, default_value_t = logging::LogFormat::Text, help_heading = "Logging")]
+    log_format: logging::LogFormat,
 }
 
 #[derive(Subcommand, Debug)]
@@ -122,10 +141,13 @@ enum Cmd {
     /// every acknowledged write and delete is there, in-flight writes are whole or absent and
     /// batches are atomic; the last child also runs `check`, GC and a checkpoint. With
     /// --faults, injects power cuts, torn writes, bit flips and I/O errors on in-memory
-    /// devices. Exit code 5 (and a replay command) when a guarantee is broken.
+    /// devices. With --enumerate, cuts power after every device write and sync of
+    /// deterministic scenarios (torn variants too) and checks each crash state; with
+    /// --damage, flips bytes in every kind of metadata block and checks that loss is limited,
+    /// reported and survivable. Exit code 5 (and a replay command) when a guarantee is broken.
     Stress(stress::StressArgs),
 
-    /// Serve the pool's volumes over a network protocol (nbd)
+    /// Serve the pool over a network protocol: nbd (volumes as block devices), resp (Redis)
     Serve(serve_nbd::ServeArgs),
     /// Run RocksDB db_bench's workloads on a masse pool, with data-center QoS reports
     ///
@@ -146,12 +168,57 @@ enum Cmd {
     /// engine. The first mount of a pool creates the file layer. Runs in the foreground;
     /// unmount with `fusermount3 -u DIR` (or `umount DIR` as root), Ctrl-C, SIGTERM or
     /// SIGHUP: buffered data is written out and the pool closed cleanly. Data is durable
-    /// at fsync, at the last close of a file, and within --writeback-secs otherwise;
+    /// at fsync, at every close of a file, and within --writeback-secs otherwise;
     /// namespace changes (create, rename, unlink, mkdir) are durable when they return,
     /// and a rename is atomic across a crash. Errors map to errno: ENOENT, EEXIST,
-    /// ENOTEMPTY, ENOSPC (pool full), EIO (checksum failure).
+    /// ENOTEMPTY, ENOSPC (pool full: reported by the write, or at the latest by the
+    /// close or fsync, never only at unmount), EIO (checksum failure).
     #[command(mut_arg("capacity", |a| a.required(true)))]
     Mount(mount::MountArgs),
+
+    /// List keys (optionally values) of the pool; --prefix, --hex, --json
+    ///
+    /// Keys come in no particular order (the index is a hash table). By default only
+    /// key-value keys are listed; --layer files|volumes|all shows the file and block
+    /// layers' internal records too. Text output escapes non-printable bytes (\xNN).
+    #[command(mut_arg("capacity", |a| a.required(true)))]
+    Scan(data::ScanArgs),
+
+    /// Write every record of the pool to a portable, checksummed stream (a backup)
+    ///
+    /// The stream (docs/operating.md, "The dump format") holds the records as they are,
+    /// the file and block layers' internal records included, so `masse load` restores
+    /// keys, files and volumes exactly into a pool of any geometry. Run it on a pool no
+    /// other process has open.
+    #[command(mut_arg("capacity", |a| a.required(true)))]
+    Dump(data::DumpArgs),
+
+    /// Put the records of a `masse dump` stream into a pool, in atomic batches
+    ///
+    /// Every record's checksum is verified before it is written; the stream's end frame
+    /// (record count, bytes, order) at the end. Each batch is one atomic write: after a
+    /// failure the pool holds exactly the first N records, N is printed, and --skip N
+    /// resumes. Existing keys with the same names are overwritten.
+    #[command(mut_arg("capacity", |a| a.required_unless_present("check_only")))]
+    Load(data::LoadArgs),
+
+    /// List, create or delete the pool's NBD volumes
+    Volume(data::VolumeArgs),
+
+    /// Live console over a running command's --metrics endpoint
+    ///
+    /// Refreshes every second: ops/s and MB/s per kind, p50/p99/p99.9 latency of the last
+    /// interval, IOPS consistency so far, host WAF, per-device MB/s and lifetime bytes
+    /// written (against --rated-tbw), GC activity, pad and band occupancy. Start the
+    /// command with --metrics 127.0.0.1:9100 and run `masse top --metrics 127.0.0.1:9100`.
+    /// Quit with q. Without a terminal it prints one frame per interval.
+    Top(top::TopArgs),
+
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completions(gen::CompletionsArgs),
+
+    /// Print the man page, or write one page per command with --dir
+    Man(gen::ManArgs),
 
     /// Crash-test child: write keys ack{i:012} and print "ACK i" after each acknowledged
     /// write ("DEL j" after each acknowledged delete), never closing.
@@ -176,11 +243,22 @@ fn run(cli: Cli) -> CliResult<i32> {
         Cmd::BenchCompare(a) => bench::compare::run(a),
         Cmd::Mount(a) => mount::run(a),
         Cmd::AckWriter(a) => ack_writer::run(a),
+        Cmd::Scan(a) => data::scan(a),
+        Cmd::Top(a) => top::run(a),
+        Cmd::Completions(a) => gen::completions(a, Cli::command()),
+        Cmd::Man(a) => gen::man(a, Cli::command()),
+        Cmd::Dump(a) => data::dump(a),
+        Cmd::Load(a) => data::load(a),
+        Cmd::Volume(a) => data::volume(a),
     }
 }
 
 fn main() {
     let cli = Cli::parse();
+    if let Err(e) = logging::init(cli.log_level.as_deref(), cli.log_format) {
+        eprintln!("masse: error: {}", e.one_line());
+        std::process::exit(EXIT_ERROR);
+    }
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -1,6 +1,7 @@
 //! `masse mount DIR`: serve the pool's file layer through FUSE until unmounted.
 
 use crate::error::{CliError, CliResult};
+use crate::metrics::{EngineSlot, Metrics, MetricsArgs};
 use crate::pool::{open_pool, size_arg, PoolArgs};
 use clap::Args;
 use masse::vfile::{Vfs, VfsOptions};
@@ -49,10 +50,19 @@ pub struct MountArgs {
     #[arg(long, default_value_t = 5, value_name = "SECS")]
     pub writeback_secs: u64,
 
+    /// Inodes kept in memory when neither open nor holding unwritten data (the
+    /// least recently used beyond this are dropped and read again when needed), so
+    /// the mount's memory stays bounded however many files it sees. Default: 4096.
+    #[arg(long, default_value_t = 4096, value_name = "N")]
+    pub cache_inodes: usize,
+
     /// At unmount, print the time spent per FUSE operation (count, total, mean, max)
     /// and the file layer's and engine's counters.
     #[arg(long)]
     pub stats: bool,
+
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 pub fn run(a: &MountArgs) -> CliResult<i32> {
@@ -76,12 +86,15 @@ pub fn run(a: &MountArgs) -> CliResult<i32> {
                 ))
             })?,
     };
+    // Before the pool starts its threads (see MemoryTrimmer).
+    one_arena();
     let db = Arc::new(open_pool(&a.pool, Options::default())?);
     let vopts = VfsOptions {
         chunk_size,
         writeback_interval: (a.writeback_secs > 0).then(|| Duration::from_secs(a.writeback_secs)),
         // SAFETY: geteuid/getegid have no preconditions and cannot fail.
         root_owner: unsafe { (libc::geteuid(), libc::getegid()) },
+        max_cached_inodes: a.cache_inodes.max(16),
         ..Default::default()
     };
     let vfs = match Vfs::open(db.clone(), vopts) {
@@ -129,6 +142,12 @@ pub fn run(a: &MountArgs) -> CliResult<i32> {
             )));
         }
     };
+    let slot = EngineSlot::new();
+    slot.set(db.clone());
+    let mut m = Metrics::new();
+    m.engine(slot.clone());
+    fuse_metrics(&mut m, &prof, &vfs);
+    let metrics = crate::metrics::start(a.metrics.addr.as_deref(), m)?;
     let unmounter = session.unmount_callable();
     let stop_signals = watch_signals(unmounter, a.dir.clone())?;
     println!(
@@ -142,8 +161,12 @@ pub fn run(a: &MountArgs) -> CliResult<i32> {
     );
     let _ = std::io::stdout().flush();
     let t0 = Instant::now();
+    let trimmer = MemoryTrimmer::start();
     let served = session.run();
+    drop(trimmer);
     stop_signals.close();
+    slot.clear();
+    drop(metrics);
     let up = t0.elapsed();
     // Unmounted: make everything acknowledged durable and close the pool cleanly.
     let closed = vfs.close();
@@ -191,6 +214,56 @@ pub fn run(a: &MountArgs) -> CliResult<i32> {
     Ok(0)
 }
 
+/// Keeps the mount's heap close to what it uses. With one malloc arena per FUSE
+/// thread, short-lived buffers interleaved with long-lived inodes left each arena
+/// mostly free yet resident: a mount that saw 20 000 small files kept ~60 MB after
+/// they were gone (issue 13). So: one arena for the process (set before any
+/// thread starts), and every few seconds `malloc_trim`, which returns free pages
+/// from the middle of the heap (microseconds when there is nothing to return).
+struct MemoryTrimmer(Option<std::sync::mpsc::Sender<()>>);
+
+impl MemoryTrimmer {
+    fn start() -> MemoryTrimmer {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let spawned = std::thread::Builder::new()
+            .name("masse-trim".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    rx.recv_timeout(Duration::from_secs(2))
+                {
+                    trim_heap();
+                }
+            });
+        MemoryTrimmer(spawned.ok().map(|_| tx))
+    }
+}
+
+impl Drop for MemoryTrimmer {
+    fn drop(&mut self) {
+        // Dropping the sender ends the thread at its next wake-up.
+        self.0.take();
+    }
+}
+
+/// One malloc arena for the whole process (call before starting threads).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn one_arena() {
+    // SAFETY: mallopt has no preconditions; M_ARENA_MAX only caps new arenas.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn one_arena() {}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn trim_heap() {
+    // SAFETY: malloc_trim has no preconditions; it only releases free memory.
+    unsafe { libc::malloc_trim(0) };
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn trim_heap() {}
+
 fn close_db(db: Arc<masse::Db>) {
     if let Ok(db) = Arc::try_unwrap(db) {
         let _ = db.close();
@@ -236,4 +309,69 @@ fn lazy_unmount(dir: &Path) {
             .arg(dir)
             .status();
     }
+}
+
+/// The FUSE face's figures: operations, handler time and bytes per operation,
+/// and the file layer's own counters.
+fn fuse_metrics(m: &mut Metrics, prof: &Arc<masse_fuse::Profile>, vfs: &Arc<Vfs>) {
+    let p = prof.clone();
+    m.counters(
+        "fuse_ops",
+        "FUSE requests handled, by operation",
+        "op",
+        move || {
+            p.snapshot()
+                .iter()
+                .map(|o| (o.op.to_string(), o.count as f64))
+                .collect()
+        },
+    );
+    let p = prof.clone();
+    m.counters(
+        "fuse_op_seconds",
+        "Time inside FUSE handlers (file layer + engine + device), by operation",
+        "op",
+        move || {
+            p.snapshot()
+                .iter()
+                .map(|o| (o.op.to_string(), o.total_us as f64 / 1e6))
+                .collect()
+        },
+    );
+    let p = prof.clone();
+    m.counters(
+        "fuse_op_bytes",
+        "Bytes moved by FUSE reads and writes",
+        "op",
+        move || {
+            p.snapshot()
+                .iter()
+                .filter(|o| o.bytes > 0)
+                .map(|o| (o.op.to_string(), o.bytes as f64))
+                .collect()
+        },
+    );
+    let v = vfs.clone();
+    m.counters(
+        "vfile_events",
+        "File-layer events by kind",
+        "kind",
+        move || {
+            let s = v.stats();
+            vec![
+                ("chunk_read".into(), s.chunk_reads as f64),
+                ("chunk_write".into(), s.chunk_writes as f64),
+                ("buffer_hit".into(), s.buffer_hits as f64),
+                ("writeout".into(), s.flushes as f64),
+                ("namespace_op".into(), s.namespace_ops as f64),
+            ]
+        },
+    );
+    let v = vfs.clone();
+    m.gauges(
+        "vfile_dirty_bytes",
+        "Written file data not yet durable",
+        "",
+        move || vec![(String::new(), v.stats().dirty_bytes as f64)],
+    );
 }

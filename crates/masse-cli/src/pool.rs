@@ -70,6 +70,23 @@ fn remember_sim(d: &masse::device::SimDevice) {
     }
 }
 
+/// Per emulated drive of this process: its spec, host bytes written, NAND bytes written.
+pub fn sim_stats() -> Vec<(String, u64, u64)> {
+    let Ok(v) = SIMS.lock() else {
+        return Vec::new();
+    };
+    v.iter()
+        .map(|d| {
+            let s = d.stats();
+            (
+                s.spec.to_string(),
+                s.ftl.host_write_bytes,
+                s.ftl.nand_write_bytes,
+            )
+        })
+        .collect()
+}
+
 /// One line per emulated drive of this process: what happened inside it.
 pub fn sim_report() -> Vec<String> {
     let Ok(v) = SIMS.lock() else {
@@ -214,8 +231,11 @@ impl PoolArgs {
                 )));
             }
             if !p.exists() {
+                // After a reboot a fast tier on tmpfs is simply gone: say so.
+                let why = masse::device::missing_device_note(p)
+                    .unwrap_or_else(|| "create a pool with `masse create`".to_string());
                 return Err(CliError::new(format!(
-                    "{flag} {}: no such file or device (create a pool with `masse create`)",
+                    "{flag} {}: no such file or device ({why})",
                     p.display()
                 )));
             }
@@ -332,10 +352,29 @@ pub fn create_pool(
     })
 }
 
-/// Open an existing pool.
+/// Open an existing pool. A pool another process has open is refused (one
+/// pool, one process): the message names the holder and says what to do.
 pub fn open_pool(pool: &PoolArgs, opts: masse::Options) -> CliResult<Db> {
     let cfg = pool.open_config()?;
-    Db::open(&cfg, opts).map_err(|e| CliError::new(format!("cannot open the pool: {e}")))
+    Db::open(&cfg, opts).map_err(|e| {
+        let hint = if matches!(e, masse::Error::Busy { .. }) {
+            ". Use the pool through that process (its NBD export or mount) or stop it \
+             first; every command, `stats` and `check` included, needs the pool to itself, \
+             and the figures of a running pool come from the process that has it open"
+        } else {
+            ""
+        };
+        CliError::new(format!("cannot open the pool: {e}{hint}"))
+    })
+}
+
+/// Print what the library says the user should know about the pool's devices
+/// (e.g. a fast tier on tmpfs does not survive a reboot), each line prefixed.
+pub fn pool_warnings(db: &Db, prefix: &str) -> String {
+    db.pool_warnings()
+        .iter()
+        .map(|w| format!("{prefix}{w}\n"))
+        .collect()
 }
 
 /// One device of the layout.
@@ -472,4 +511,19 @@ pub fn pool_flags(fast: Option<&Path>, caps: &[PathBuf]) -> String {
         ));
     }
     s
+}
+
+/// Close a pool shared through an `Arc` once every other holder has let go
+/// (scrapes are stopped first with `EngineSlot::clear`).
+pub fn close_shared(db: std::sync::Arc<Db>) -> CliResult<()> {
+    match std::sync::Arc::try_unwrap(db) {
+        Ok(db) => db
+            .close()
+            .map_err(|e| CliError::new(format!("closing the pool failed: {e}"))),
+        Err(db) => db.flush().map_err(|e| {
+            CliError::new(format!(
+                "flushing the pool failed (it is still in use): {e}"
+            ))
+        }),
+    }
 }

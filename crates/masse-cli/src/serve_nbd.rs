@@ -1,12 +1,13 @@
 //! `masse serve nbd`: serve volumes of a pool (or a raw device) over NBD.
 
 use crate::error::{CliError, CliResult};
+use crate::metrics::{EngineSlot, Metrics, MetricsArgs};
 use crate::pool::{open_pool, size_arg, PoolArgs};
 use clap::{Args, Subcommand};
 use masse::vblock::{self, VolumeError, VolumeSpec};
 use masse::Options;
 use masse_cli::units::fmt_bytes;
-use masse_nbd::{Export, RawBackend, Server, ServerConfig, VolumeBackend};
+use masse_nbd::{Export, RawBackend, Server, ServerConfig, ServerStats, VolumeBackend};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -40,6 +41,24 @@ Examples:
   qemu-img convert -O raw image.qcow2 nbd://127.0.0.1/disk0
   masse serve nbd --raw /dev/nvme0n1 --socket /run/raw.sock --export raw")]
     Nbd(NbdArgs),
+
+    /// Serve the pool over the Redis protocol (RESP2, RESP3 via HELLO 3)
+    ///
+    /// Strings only: GET SET (NX XX GET) SETNX GETDEL MGET MSET MSETNX DEL UNLINK EXISTS
+    /// STRLEN APPEND INCR INCRBY DECR DECRBY DBSIZE SCAN INFO, plus the connection commands
+    /// (PING ECHO QUIT SELECT 0 HELLO AUTH CLIENT COMMAND CONFIG GET SHUTDOWN). Every reply
+    /// to a write is sent once the write is durable; concurrent writes of all clients (and
+    /// pipelined SET/MSET runs of one client) are committed together. Keys are masse keys
+    /// (1..=1024 bytes); values up to 2 MiB − 4 KiB; no expiry. Stop with SIGTERM, Ctrl-C or
+    /// SHUTDOWN: running commands finish and are answered, then the pool is closed cleanly.
+    /// See docs/resp.md; docs/scale.md for several machines behind twemproxy.
+    #[command(after_help = "\
+Examples:
+  masse create --fast /dev/shm/f --fast-size 1G --capacity /var/tmp/c --capacity-size 16G
+  masse serve resp --fast /dev/shm/f --capacity /var/tmp/c
+  redis-cli set hello world
+  masse serve resp --fast /dev/shm/f --capacity /var/tmp/c --listen 0.0.0.0:6379 --password-file /etc/masse/pass")]
+    Resp(crate::serve_resp::RespArgs),
 }
 
 #[derive(Args, Debug)]
@@ -102,6 +121,61 @@ pub struct NbdArgs {
     /// Log connections and disconnections on stderr.
     #[arg(long, short, help_heading = "Server")]
     pub verbose: bool,
+
+    /// Connections served at once, handshakes included. When all are in use, a new
+    /// client takes the place of one idle for --idle-timeout (or silent for a second
+    /// in its handshake); otherwise it is refused with a message saying the server
+    /// is busy, and existing clients are unaffected.
+    #[arg(long, value_name = "N", default_value_t = 256, help_heading = "Limits")]
+    pub max_connections: usize,
+
+    /// Seconds a connection with nothing in flight may stay silent before its slot
+    /// can go to a new client. Only applies when the server is full: idle clients
+    /// (a quiet /dev/nbd0) are never closed while there is room. 0: never.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 60,
+        help_heading = "Limits"
+    )]
+    pub idle_timeout: u64,
+
+    /// Seconds a client has for the whole handshake (option negotiation).
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 10,
+        help_heading = "Limits"
+    )]
+    pub handshake_timeout: u64,
+
+    /// Seconds after which a connection is closed if it does not read its replies,
+    /// or a request's data stops arriving (a stalled or vanished client).
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 30,
+        help_heading = "Limits"
+    )]
+    pub stall_timeout: u64,
+
+    /// Requests read and not yet answered, per connection; beyond it the server
+    /// stops reading that connection until replies go out.
+    #[arg(long, value_name = "N", default_value_t = 128, help_heading = "Limits")]
+    pub max_inflight: usize,
+
+    /// Request and reply data buffered per connection (one request always runs).
+    #[arg(long, value_name = "SIZE", default_value = "32M", value_parser = size_arg, help_heading = "Limits")]
+    pub connection_memory: u64,
+
+    /// Request and reply data buffered by the whole server (at least 32M): when it
+    /// is spent, connections stop being read, in turn, until replies free some.
+    /// The server's memory beyond its fixed few MiB.
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = size_arg, help_heading = "Limits")]
+    pub buffer_memory: u64,
+
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 fn spec_of(a: &NbdArgs, size: u64) -> CliResult<VolumeSpec> {
@@ -118,14 +192,27 @@ fn spec_of(a: &NbdArgs, size: u64) -> CliResult<VolumeSpec> {
 pub fn run(a: &ServeArgs) -> CliResult<i32> {
     match &a.what {
         ServeWhat::Nbd(n) => nbd(n),
+        ServeWhat::Resp(r) => crate::serve_resp::run(r),
     }
 }
 
 fn nbd(a: &NbdArgs) -> CliResult<i32> {
+    let secs = |n: u64| std::time::Duration::from_secs(n);
+    if a.handshake_timeout == 0 || a.stall_timeout == 0 {
+        return Err(CliError::new(
+            "--handshake-timeout and --stall-timeout must be at least 1 second",
+        ));
+    }
     let cfg = ServerConfig {
         workers: a.threads.max(1),
         verbose: a.verbose,
-        ..ServerConfig::default()
+        max_connections: a.max_connections,
+        max_inflight: a.max_inflight,
+        max_inflight_bytes: usize::try_from(a.connection_memory).unwrap_or(usize::MAX),
+        max_buffer_bytes: usize::try_from(a.buffer_memory).unwrap_or(usize::MAX),
+        handshake_timeout: secs(a.handshake_timeout),
+        idle_timeout: secs(a.idle_timeout),
+        stall_timeout: secs(a.stall_timeout),
     };
     let mut db = None;
     let exports: Vec<Export> = if let Some(raw) = &a.raw {
@@ -246,14 +333,16 @@ fn nbd(a: &NbdArgs) -> CliResult<i32> {
         urls.push(format!("nbd+unix:///{first}?socket={}", p.display()));
     }
     let stop = srv.stop_handle();
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        let w = stop
-            .wake_socket()
-            .map_err(|e| CliError::new(format!("cannot set up signal handling: {e}")))?;
-        signal_hook::low_level::pipe::register(sig, w)
-            .map_err(|e| CliError::new(format!("cannot set up signal handling: {e}")))?;
-    }
+    stop_on_signals(|| stop.wake_socket())?;
     let stats = srv.stats();
+    let slot = EngineSlot::new();
+    if let Some(d) = &db {
+        slot.set(d.clone());
+    }
+    let mut m = Metrics::new();
+    m.engine(slot.clone());
+    nbd_metrics(&mut m, &stats);
+    let metrics = crate::metrics::start(a.metrics.addr.as_deref(), m)?;
     for d in &descr {
         println!("export {d}");
     }
@@ -263,21 +352,116 @@ fn nbd(a: &NbdArgs) -> CliResult<i32> {
     println!("ready; stop with Ctrl-C or SIGTERM");
     let _ = std::io::stdout().flush();
     let r = srv.run();
+    tracing::info!("NBD server stopped");
     eprintln!("masse: NBD server stopped\n{}", stats.report());
+    slot.clear();
+    drop(metrics);
     r.map_err(|e| CliError::new(e.to_string()))?;
-    if let Some(d) = db {
-        eprint!("engine statistics:\n{}", d.stats().to_text());
-        match Arc::try_unwrap(d) {
-            Ok(db) => db
-                .close()
-                .map_err(|e| CliError::new(format!("closing the pool: {e}")))?,
-            Err(d) => {
-                // Should not happen (every export is gone); all writes are durable anyway.
-                d.flush()
-                    .map_err(|e| CliError::new(format!("flushing the pool: {e}")))?;
-            }
-        }
-        eprintln!("masse: pool closed cleanly");
+    match db {
+        Some(d) => close_pool(d),
+        None => Ok(0),
     }
+}
+
+/// SIGTERM and SIGINT write to a fresh socket from `wake` (a server's stop handle),
+/// which makes the server stop.
+pub fn stop_on_signals(
+    wake: impl Fn() -> std::io::Result<std::os::unix::net::UnixStream>,
+) -> CliResult<()> {
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        let w = wake().map_err(|e| CliError::new(format!("cannot set up signal handling: {e}")))?;
+        signal_hook::low_level::pipe::register(sig, w)
+            .map_err(|e| CliError::new(format!("cannot set up signal handling: {e}")))?;
+    }
+    Ok(())
+}
+
+/// After a server stopped: print the engine's statistics and close the pool cleanly
+/// (writer drained, checkpoint, clean epoch).
+pub fn close_pool(d: Arc<masse::Db>) -> CliResult<i32> {
+    eprint!("engine statistics:\n{}", d.stats().to_text());
+    match Arc::try_unwrap(d) {
+        Ok(db) => db
+            .close()
+            .map_err(|e| CliError::new(format!("closing the pool: {e}")))?,
+        Err(d) => {
+            // Should not happen (the server is gone); all writes are durable anyway.
+            d.flush()
+                .map_err(|e| CliError::new(format!("flushing the pool: {e}")))?;
+        }
+    }
+    eprintln!("masse: pool closed cleanly");
     Ok(0)
+}
+
+/// The NBD server's own figures: requests by type, connections, payload, time.
+fn nbd_metrics(m: &mut Metrics, st: &Arc<ServerStats>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    const TYPES: [&str; 8] = [
+        "read",
+        "write",
+        "disc",
+        "flush",
+        "trim",
+        "cache",
+        "write_zeroes",
+        "block_status",
+    ];
+    let s = st.clone();
+    m.counters("nbd_requests", "NBD requests by type", "type", move || {
+        TYPES
+            .iter()
+            .zip(s.requests.iter())
+            .map(|(t, c)| (t.to_string(), c.load(Relaxed) as f64))
+            .collect()
+    });
+    let s = st.clone();
+    m.counters(
+        "nbd_request_errors",
+        "NBD requests answered with an error",
+        "",
+        move || vec![(String::new(), s.errors.load(Relaxed) as f64)],
+    );
+    let s = st.clone();
+    m.counters(
+        "nbd_connections",
+        "NBD connections by outcome",
+        "outcome",
+        move || {
+            vec![
+                ("accepted".into(), s.connections.load(Relaxed) as f64),
+                ("refused".into(), s.refused.load(Relaxed) as f64),
+                (
+                    "protocol_error".into(),
+                    s.protocol_errors.load(Relaxed) as f64,
+                ),
+            ]
+        },
+    );
+    let s = st.clone();
+    m.counters(
+        "nbd_payload_bytes",
+        "NBD payload bytes by direction",
+        "direction",
+        move || {
+            vec![
+                ("read".into(), s.bytes_read.load(Relaxed) as f64),
+                ("write".into(), s.bytes_written.load(Relaxed) as f64),
+            ]
+        },
+    );
+    let s = st.clone();
+    m.counters(
+        "nbd_request_seconds",
+        "Time NBD requests spent per stage: queued, in the backend, replying",
+        "stage",
+        move || {
+            let sec = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed) as f64 / 1e9;
+            vec![
+                ("queue".into(), sec(&s.queue_ns)),
+                ("backend".into(), sec(&s.backend_ns)),
+                ("reply".into(), sec(&s.reply_ns)),
+            ]
+        },
+    );
 }

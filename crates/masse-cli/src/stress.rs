@@ -6,6 +6,7 @@ use clap::Args;
 use masse::Mode;
 use masse_stress::crash::{child, crash_loop, default_fast_dir, StressPool};
 use masse_stress::faults::{run_faults, FaultConfig};
+use masse_stress::watchdog::{HangHook, HangReport};
 use masse_stress::workload::RunConfig;
 use std::path::PathBuf;
 use std::process::Command;
@@ -21,9 +22,10 @@ pub struct StressArgs {
     #[arg(long)]
     pub dir: Option<PathBuf>,
 
-    /// Pool configuration: tiered, capacity-only or scm-only.
-    #[arg(long, default_value = "tiered")]
-    pub mode: String,
+    /// Pool configuration: tiered, capacity-only or scm-only. Default: tiered; with
+    /// --enumerate and --damage, every mode a scenario runs in.
+    #[arg(long)]
+    pub mode: Option<String>,
 
     /// Size of the key space. Keys are 1 to 1024 bytes, values 0 bytes to the engine's
     /// maximum (a few keys), mostly a few hundred bytes.
@@ -44,13 +46,21 @@ pub struct StressArgs {
     pub seed: Option<u64>,
 
     /// Kill loop: start a stress child, SIGKILL it at a random moment (while it recovers,
-    /// verifies, writes, runs GC or checkpoints), reopen and verify; repeat.
+    /// verifies, writes, runs GC or checkpoints), reopen and verify; repeat. While each
+    /// child works, a second open of the pool is tried and must be refused as busy.
     #[arg(long)]
     pub crash_loop: bool,
 
     /// Kill cycles of --crash-loop.
     #[arg(long, default_value_t = 20)]
     pub cycles: u64,
+
+    /// Hang watchdog: a put, delete, batch, get, iteration or checkpoint that has not
+    /// finished after this many seconds fails the run, printing the engine's write-path
+    /// state (group-commit queue and leader, pad, bands, writer queue) and a thread dump.
+    /// 0 turns it off.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    pub hang_timeout: f64,
 
     /// Longest time a child runs before it is killed, in ms (log-uniform from 2 ms).
     #[arg(long, default_value_t = 1500)]
@@ -64,6 +74,99 @@ pub struct StressArgs {
     /// Rounds of --faults.
     #[arg(long, default_value_t = 20)]
     pub rounds: u64,
+
+    /// Crash-point enumeration: deterministic scenarios run once on in-memory devices that
+    /// record every write, discard and sync; then the pool is rebuilt as after a power cut at
+    /// each of those points (with torn variants: which unsynced 4 KiB blocks survive),
+    /// recovered and checked (acknowledged writes present, in-flight ones whole or absent, a
+    /// full iteration, `check`, no recovery warning); a few crash states are continued and
+    /// crashed again. Failing traces are saved for --replay-trace.
+    #[arg(long)]
+    pub enumerate: bool,
+
+    /// Metadata damage: after each scenario (a clean close and crash states), flip a byte in
+    /// every metadata block (superblocks, epoch blocks, pad headers and batches, checkpoints,
+    /// band headers, segment headers, summaries, footers), reopen and check that loss stays
+    /// within the damaged unit, is reported, and the database keeps working.
+    #[arg(long)]
+    pub damage: bool,
+
+    /// Scenario of --enumerate / --damage (repeat for several; default: all). See
+    /// --list-scenarios.
+    #[arg(long = "scenario", value_name = "NAME")]
+    pub scenarios: Vec<String>,
+
+    /// List the scenarios of --enumerate and --damage.
+    #[arg(long)]
+    pub list_scenarios: bool,
+
+    /// Scenario size factor (1 is the size the test suite runs).
+    #[arg(long, default_value_t = 1)]
+    pub scale: u32,
+
+    /// --enumerate: every subset of the unsynced blocks survives once when there are at most
+    /// this many.
+    #[arg(long, default_value_t = 4)]
+    pub torn_exhaustive: u32,
+
+    /// --enumerate: otherwise each single unsynced block is lost once, for up to this many.
+    #[arg(long, default_value_t = 64)]
+    pub torn_singles: u32,
+
+    /// --enumerate: and this many seeded random subsets survive.
+    #[arg(long, default_value_t = 4)]
+    pub torn_random: u32,
+
+    /// --enumerate: crash states of each scenario that are continued (reopened, more
+    /// writes, GC, a checkpoint) and crashed again at every point.
+    #[arg(long, default_value_t = 6)]
+    pub double_crashes: usize,
+
+    /// --enumerate: check only every N-th crash point of a scenario's first run.
+    #[arg(long, default_value_t = 1)]
+    pub every: usize,
+
+    /// --enumerate: check only every N-th crash point of the continued runs.
+    #[arg(long, default_value_t = 1)]
+    pub double_every: usize,
+
+    /// --enumerate: only the focus ranges of long scenarios (e.g. the pad's wrap).
+    #[arg(long)]
+    pub focus_only: bool,
+
+    /// --enumerate: stop a run after this many failing crash states.
+    #[arg(long, default_value_t = 1000)]
+    pub max_failures: usize,
+
+    /// --damage: at most this many blocks of each kind per image (a seeded sample;
+    /// default: every block).
+    #[arg(long)]
+    pub per_kind: Option<usize>,
+
+    /// --damage: crash states damaged per scenario run, besides the clean close.
+    #[arg(long, default_value_t = 2)]
+    pub crash_images: usize,
+
+    /// Threads that check crash states (default: one per CPU).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+
+    /// Where --enumerate and --damage save failing traces (default: ./masse-stress-traces).
+    #[arg(long)]
+    pub save_dir: Option<PathBuf>,
+
+    /// Rebuild the failing crash states (and damaged blocks) saved in FILE and check them
+    /// again: the exact crash state, whatever the writer thread's timing.
+    #[arg(long, value_name = "FILE")]
+    pub replay_trace: Option<PathBuf>,
+
+    /// With --replay-trace: only the N-th saved failure (0-based).
+    #[arg(long, value_name = "N")]
+    pub crash: Option<usize>,
+
+    /// With --replay-trace: enumerate every crash point of the saved trace again.
+    #[arg(long)]
+    pub reenumerate: bool,
 
     /// Keep the pool and oracle files.
     #[arg(long)]
@@ -80,10 +183,15 @@ pub struct StressArgs {
     /// Internal: the last child of the kill loop (verify, check, GC, checkpoint, reopen).
     #[arg(long = "final", hide = true)]
     pub final_check: bool,
+
+    /// With --crash-loop every child serves the address in turn (between a kill
+    /// and the next child's open, nothing answers). Not with --faults.
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 }
 
 /// A bar on a terminal, nothing otherwise.
-fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
+pub(crate) fn progress_bar(len: u64, what: &str) -> indicatif::ProgressBar {
     use std::io::IsTerminal;
     if !std::io::stderr().is_terminal() {
         return indicatif::ProgressBar::hidden();
@@ -122,7 +230,7 @@ fn pool_at(dir: PathBuf, mode: Mode) -> StressPool {
     }
 }
 
-fn write_json(path: &Option<PathBuf>, v: &serde_json::Value) -> CliResult<()> {
+pub(crate) fn write_json(path: &Option<PathBuf>, v: &serde_json::Value) -> CliResult<()> {
     if let Some(p) = path {
         let s = serde_json::to_string_pretty(v).map_err(|e| CliError::new(e.to_string()))?;
         std::fs::write(p, s).map_err(|e| crate::error::io_err("writing", p, e))?;
@@ -137,7 +245,25 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
             .map(|d| d.as_nanos() as u64 & 0xffff_ffff)
             .unwrap_or(1)
     });
-    let mode = mode(&a.mode)?;
+    if a.list_scenarios {
+        return crate::stress_enum::list();
+    }
+    if let Some(p) = &a.replay_trace {
+        return crate::stress_enum::run_replay(a, p, seed);
+    }
+    if a.enumerate {
+        return crate::stress_enum::run_enumerate(a, seed);
+    }
+    if a.damage {
+        return crate::stress_enum::run_damage(a, seed);
+    }
+    let mode_name = a.mode.as_deref().unwrap_or("tiered");
+    let mode = mode(mode_name)?;
+    if a.faults && a.metrics.addr.is_some() {
+        return Err(CliError::new(
+            "--metrics is not available with --faults: every round opens its own in-memory pool",
+        ));
+    }
     if a.faults {
         eprintln!("masse stress --faults: {} rounds, seed {seed}", a.rounds);
         let cfg = FaultConfig {
@@ -188,14 +314,28 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
     std::fs::create_dir_all(&pool.fast_dir)
         .map_err(|e| crate::error::io_err("creating", &pool.fast_dir, e))?;
     let cfg = RunConfig {
+        hang_timeout: Duration::from_secs_f64(a.hang_timeout.max(0.0)),
         threads: a.threads.max(1),
         duration: Duration::from_secs_f64(a.duration.unwrap_or(10.0).max(0.0)),
         seed,
         ..RunConfig::default()
     };
 
+    let slot = crate::metrics::EngineSlot::new();
+    let mut m = crate::metrics::Metrics::new();
+    m.engine(slot.clone());
+    // The kill loop's parent opens no pool: its children serve --metrics.
+    let _metrics = if a.crash_loop && !a.child {
+        None
+    } else {
+        crate::metrics::start_on(a.metrics.addr.as_deref(), m, !a.child)?
+    };
+    let publish = |db: Option<std::sync::Arc<masse::Db>>| match db {
+        Some(d) => slot.set(d),
+        None => slot.clear(),
+    };
     if a.child {
-        return match child(&pool, a.keys, &cfg, true, a.final_check) {
+        return match child(&pool, a.keys, &cfg, true, a.final_check, &publish) {
             Ok(rep) => {
                 println!("{}", serde_json::to_string(&rep).unwrap_or_default());
                 Ok(0)
@@ -210,7 +350,7 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
             a.cycles,
             a.keys,
             cfg.threads,
-            a.mode,
+            mode_name,
             dir.display()
         );
         pool.remove();
@@ -232,10 +372,14 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
                     .arg("--child")
                     .arg("--dir")
                     .arg(&dir)
-                    .args(["--mode", &a.mode])
+                    .args(["--mode", mode_name])
                     .args(["--keys", &a.keys.to_string()])
                     .args(["--threads", &cfg.threads.to_string()])
+                    .args(["--hang-timeout", &a.hang_timeout.to_string()])
                     .args(["--seed", &s.to_string()]);
+                if let Some(m) = &a.metrics.addr {
+                    c.args(["--metrics", m]);
+                }
                 if fin {
                     c.args(["--final", "--duration", "2"]);
                 } else {
@@ -253,15 +397,24 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
         );
         bar.finish_and_clear();
         res.map(|r| serde_json::json!({ "seed": seed, "crash_loop": r }))
-            .map_err(|e| format!("{e}\nreplay: masse stress --crash-loop --cycles {cycles} --keys {} --threads {} --mode {} --seed {seed}", a.keys, cfg.threads, a.mode))
+            .map_err(|e| format!("{e}\nreplay: masse stress --crash-loop --cycles {cycles} --keys {} --threads {} --mode {} --seed {seed}", a.keys, cfg.threads, mode_name))
     } else {
         pool.remove();
-        child(&pool, a.keys, &cfg, false, true)
+        // A hang ends the process; the pool stays for inspection.
+        let kept = dir.clone();
+        let cfg = RunConfig {
+            on_hang: Some(HangHook(std::sync::Arc::new(move |r: &HangReport| {
+                eprintln!("{r}\nthe pool is left in {} for inspection", kept.display());
+                std::process::exit(EXIT_STRESS_FAILED);
+            }))),
+            ..cfg.clone()
+        };
+        child(&pool, a.keys, &cfg, false, true, &publish)
             .map(|r| serde_json::json!({ "seed": seed, "run": r }))
             .map_err(|v| {
                 format!(
                     "{v}\nreplay: masse stress --keys {} --threads {} --mode {} --seed {seed}",
-                    a.keys, cfg.threads, a.mode
+                    a.keys, cfg.threads, mode_name
                 )
             })
     };

@@ -304,3 +304,55 @@ fn create_needs_sizes_for_missing_files_and_removes_them_on_failure() {
     assert_eq!(j["mode"], "capacity-only");
     ok(&masse(&["check", "--capacity", c], None));
 }
+
+/// `masse completions` and `masse man` come from the clap definition: the scripts
+/// parse in their shells and name the commands; one man page per visible command.
+#[test]
+fn completions_parse_and_man_pages_cover_every_command() {
+    for shell in ["bash", "zsh", "fish"] {
+        let o = masse(&["completions", shell], None);
+        ok(&o);
+        let script = String::from_utf8(o.stdout).expect("utf-8 script");
+        for cmd in ["dump", "load", "scan", "volume", "serve"] {
+            assert!(script.contains(cmd), "{shell} completion lacks {cmd}");
+        }
+        let have = Command::new(shell).arg("-c").arg("true").status().is_ok();
+        if !have {
+            eprintln!("NOTICE: {shell} not installed: not parsing its completion script");
+            continue;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("masse.completion");
+        std::fs::write(&f, &script).expect("write script");
+        let check = if shell == "fish" {
+            "--no-execute"
+        } else {
+            "-n"
+        };
+        let st = Command::new(shell)
+            .arg(check)
+            .arg(&f)
+            .status()
+            .expect(shell);
+        assert!(st.success(), "{shell} rejects its completion script");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = masse(&["man", "--dir", &dir.path().display().to_string()], None);
+    ok(&o);
+    for page in [
+        "masse.1",
+        "masse-dump.1",
+        "masse-serve-nbd.1",
+        "masse-volume-list.1",
+    ] {
+        let t = std::fs::read_to_string(dir.path().join(page)).expect(page);
+        assert!(t.contains(".TH"), "{page} is not a man page");
+    }
+    assert!(
+        !dir.path().join("masse-ack-writer.1").exists(),
+        "hidden commands get no page"
+    );
+    let o = masse(&["man"], None);
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("masse"));
+}

@@ -132,3 +132,74 @@ fn qemu_img_through_exports() {
     );
     assert!(got[want.len()..].iter().all(|&b| b == 0));
 }
+
+/// Negotiate NBD_OPT_GO for `export` on a raw connection and keep it open.
+fn hold_a_connection(sock: &std::path::Path, export: &str) -> std::os::unix::net::UnixStream {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(sock).expect("connect");
+    let mut greeting = [0u8; 18];
+    s.read_exact(&mut greeting).expect("greeting");
+    s.write_all(&3u32.to_be_bytes()).expect("client flags");
+    let mut data = (export.len() as u32).to_be_bytes().to_vec();
+    data.extend_from_slice(export.as_bytes());
+    data.extend_from_slice(&0u16.to_be_bytes());
+    let mut opt = 0x4948_4156_454F_5054u64.to_be_bytes().to_vec();
+    opt.extend_from_slice(&7u32.to_be_bytes()); // NBD_OPT_GO
+    opt.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    opt.extend_from_slice(&data);
+    s.write_all(&opt).expect("GO");
+    loop {
+        let mut h = [0u8; 20];
+        s.read_exact(&mut h).expect("option reply");
+        let kind = u32::from_be_bytes(h[12..16].try_into().expect("4 bytes"));
+        let len = u32::from_be_bytes(h[16..20].try_into().expect("4 bytes")) as usize;
+        let mut d = vec![0u8; len];
+        s.read_exact(&mut d).expect("reply data");
+        assert_eq!(kind & (1 << 31), 0, "GO refused");
+        if kind == 1 {
+            return s; // NBD_REP_ACK: in the transmission phase now
+        }
+    }
+}
+
+#[test]
+fn qemu_img_is_told_when_the_server_is_full() {
+    if !have_tool("qemu-img") {
+        return;
+    }
+    let p = Pool::create("128M", "1G");
+    let s = p.serve(&["--export", "vm", "--size", "64M", "--max-connections", "1"]);
+    let held = hold_a_connection(&p.sock(), "vm");
+    let out = Command::new("qemu-img")
+        .args(["info", &p.uri("vm")])
+        .output()
+        .expect("run qemu-img");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "admitted past the connection limit");
+    assert!(
+        err.contains("server busy") && err.contains("connection slots"),
+        "qemu-img was not told why: {err}"
+    );
+    // The slot comes back when the held connection goes.
+    drop(held);
+    let t = std::time::Instant::now();
+    while !Command::new("qemu-img")
+        .args(["info", &p.uri("vm")])
+        .output()
+        .expect("run qemu-img")
+        .status
+        .success()
+    {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "slot never freed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (st, err) = s.stop();
+    assert!(st.success(), "{err}");
+    assert!(
+        err.contains("(refused ") && !err.contains("(refused 0,"),
+        "the refusal is not counted: {err}"
+    );
+}

@@ -1,7 +1,8 @@
 //! The kill loop (CI size): `masse stress --crash-loop` SIGKILLs stress children
 //! at random moments and verifies every acknowledged operation on each reopen,
 //! then `check`, GC and a checkpoint, in every configuration, with a fixed seed;
-//! plus one tiered run with a random seed printed for replay.
+//! plus one tiered run with a random seed printed for replay. While each child
+//! works, a second open of the pool from the parent must be refused as busy.
 use std::process::Command;
 
 fn crash_loop(mode: &str, seed: u64, cycles: u64) {
@@ -41,6 +42,11 @@ fn crash_loop(mode: &str, seed: u64, cycles: u64) {
         "too few kills: {r}"
     );
     assert!(r["acked_ops"].as_u64().unwrap_or(0) > 0, "{r}");
+    // One pool, one process: a second open while a child works is refused.
+    assert!(
+        r["second_opens_refused"].as_u64().unwrap_or(0) > 0,
+        "no second open was tried while a child worked: {r}"
+    );
     assert!(r["keys_verified"].as_u64().unwrap_or(0) >= 6000, "{r}");
     println!("mode {mode} seed {seed}: {r}");
 }

@@ -54,7 +54,7 @@ impl Default for MountOptions {
 }
 
 /// FUSE operations counted by the profile.
-const OPS: [&str; 22] = [
+const OPS: [&str; 23] = [
     "lookup",
     "getattr",
     "setattr",
@@ -77,6 +77,7 @@ const OPS: [&str; 22] = [
     "statfs",
     "create",
     "forget",
+    "fallocate",
 ];
 
 fn op_index(name: &str) -> usize {
@@ -86,10 +87,10 @@ fn op_index(name: &str) -> usize {
 /// Count, total and largest handler time per FUSE operation.
 #[derive(Default)]
 pub struct Profile {
-    count: [AtomicU64; 22],
-    ns: [AtomicU64; 22],
-    max_ns: [AtomicU64; 22],
-    bytes: [AtomicU64; 22],
+    count: [AtomicU64; 23],
+    ns: [AtomicU64; 23],
+    max_ns: [AtomicU64; 23],
+    bytes: [AtomicU64; 23],
 }
 
 /// One line of a profile.
@@ -581,15 +582,39 @@ impl Filesystem for MasseFs {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // close(2) does not promise durability; the last release writes the data out.
+        // Sent at every close(2): the file's buffered data is written now, so a
+        // full pool or a failed write-back reaches the program at close. The last
+        // release would be too late: the kernel drops its errors.
         let t = Instant::now();
-        reply.ok();
+        Self::empty(self.vfs.flush(ino.0), reply);
         self.prof.record(op_index("flush"), t, 0);
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let t = Instant::now();
+        // Mode 0 (posix_fallocate): space is taken now or ENOSPC at once. Keeping
+        // the size, punching holes, zeroing or collapsing ranges are not offered;
+        // EOPNOTSUPP tells callers so without a slow fallback being any wiser.
+        if mode != 0 {
+            reply.error(Errno::EOPNOTSUPP);
+        } else {
+            Self::empty(self.vfs.fallocate(ino.0, offset, length), reply);
+        }
+        self.prof.record(op_index("fallocate"), t, length);
     }
 
     fn release(
@@ -708,10 +733,12 @@ impl Filesystem for MasseFs {
         let t = Instant::now();
         let s = self.vfs.statfs();
         let bs = s.block_size as u64;
+        // Free counts the reserve bands, available does not (as ext4's root
+        // reserve): df's Avail is what writes can still take.
         reply.statfs(
             s.total_bytes / bs,
             s.free_bytes / bs,
-            s.free_bytes / bs,
+            s.avail_bytes / bs,
             s.inodes_used,
             u32::MAX as u64,
             s.block_size,

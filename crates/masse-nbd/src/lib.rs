@@ -28,6 +28,10 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod backend;
+mod budget;
+mod conn;
+mod handshake;
+mod job;
 pub mod proto;
 pub mod server;
 

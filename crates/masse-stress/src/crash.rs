@@ -10,6 +10,7 @@ use masse::{Db, DeviceSpec, Mode, Options, PoolConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The pool a stress run works on: files in a directory.
@@ -112,12 +113,15 @@ fn violations(what: &str, rep: &VerifyReport) -> Result<(), Violation> {
 /// One child run: open (or create) the pool, verify it against the oracle, run
 /// random operations, then close cleanly unless `no_close`. With `final_check`,
 /// also run `check`, force a GC pass and a checkpoint, close, reopen and verify.
+/// `publish` is handed each pool once it is open and `None` before it is closed
+/// (a live monitor, e.g. `--metrics`, must let go of it by then).
 pub fn child(
     pool: &StressPool,
     nkeys: u64,
     cfg: &RunConfig,
     no_close: bool,
     final_check: bool,
+    publish: &dyn Fn(Option<Arc<Db>>),
 ) -> Result<ChildReport, Violation> {
     let opath = pool.oracle_path();
     let err = |what: &str, e: &dyn std::fmt::Display| Violation(format!("{what}: {e}"));
@@ -141,6 +145,15 @@ pub fn child(
         rep.created = true;
         (db, o)
     };
+    let db = Arc::new(db);
+    publish(Some(db.clone()));
+    let close = |db: Arc<Db>| -> Result<(), Violation> {
+        publish(None);
+        match Arc::try_unwrap(db) {
+            Ok(db) => db.close().map_err(|e| err("close", &e)),
+            Err(_) => Err(err("close", &"the pool is still shared")),
+        }
+    };
     o.set_phase(Phase::Verifying);
     rep.verify = verify(&db, &o);
     violations("verification at open", &rep.verify)?;
@@ -159,18 +172,20 @@ pub fn child(
         db.checkpoint()
             .map_err(|e| err("checkpoint after the crashes", &e))?;
         o.set_phase(Phase::Closing);
-        db.close().map_err(|e| err("close", &e))?;
+        close(db)?;
         let db = Db::open(&pool.config(), stress_options())
             .map_err(|e| err("reopening after close", &e))?;
+        let db = Arc::new(db);
+        publish(Some(db.clone()));
         let v = verify(&db, &o);
         violations("verification after a clean reopen", &v)?;
         rep.verify_after_reopen = Some(v);
-        db.close().map_err(|e| err("close", &e))?;
+        close(db)?;
     } else if no_close {
         std::mem::forget(db); // leave like a crash: nothing more is written
     } else {
         o.set_phase(Phase::Closing);
-        db.close().map_err(|e| err("close", &e))?;
+        close(db)?;
     }
     o.set_phase(Phase::Idle);
     Ok(rep)
@@ -189,6 +204,9 @@ pub struct LoopReport {
     pub kills_during_gc: u64,
     /// Kills while a checkpoint was being written.
     pub kills_during_checkpoint: u64,
+    /// Cycles in which a second open of the pool, tried while the child was
+    /// working on it, was refused naming the child (one pool, one process).
+    pub second_opens_refused: u64,
     /// Operations acknowledged over all children (from the oracle).
     pub acked_ops: u64,
     /// Key checks done by all verifications (from the oracle).
@@ -233,6 +251,11 @@ pub fn crash_loop(
         let mut ch = cmd
             .spawn()
             .map_err(|e| format!("starting a stress child: {e}"))?;
+        // The oracle's phase is the last child's until this one opens the pool
+        // (and counts a run): only a phase set after that is this child's.
+        let runs_before = Oracle::open(&pool.oracle_path())
+            .ok()
+            .map(|o| o.runs().load(std::sync::atomic::Ordering::SeqCst));
         let started = Instant::now();
         let mut until = if early { Some(started + delay) } else { None };
         let mut exited = None;
@@ -252,7 +275,21 @@ pub fn crash_loop(
                     if oracle.is_none() {
                         oracle = Oracle::open(&pool.oracle_path()).ok();
                     }
-                    let running = oracle.as_ref().is_some_and(|o| o.phase() == Phase::Running);
+                    let running = oracle.as_ref().is_some_and(|o| {
+                        let ours = match runs_before {
+                            Some(r) => o.runs().load(std::sync::atomic::Ordering::SeqCst) > r,
+                            None => true,
+                        };
+                        ours && o.phase() == Phase::Running
+                    });
+                    if running {
+                        if let Err(e) = second_open_refused(pool, ch.id()) {
+                            let _ = ch.kill();
+                            let _ = ch.wait();
+                            return Err(format!("cycle {cycle} (child seed {child_seed}): {e}"));
+                        }
+                        rep.second_opens_refused += 1;
+                    }
                     if running || started.elapsed() > Duration::from_secs(30) {
                         until = Some(Instant::now() + delay);
                     }
@@ -317,6 +354,34 @@ pub fn crash_loop(
     }
     rep.seconds = t0.elapsed().as_secs_f64();
     Ok(rep)
+}
+
+/// One pool, one process: while the child `pid` works on the pool, a second
+/// open must be refused as busy, naming the child. (That it does not disturb
+/// the child is checked by the next open's verification against the oracle.)
+fn second_open_refused(pool: &StressPool, pid: u32) -> Result<(), String> {
+    match Db::open(&pool.config(), stress_options()) {
+        Err(masse::Error::Busy { path, holder }) => {
+            let h = holder.unwrap_or_default();
+            if h.contains(&format!("pid {pid}")) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "a second open was refused, but it named {h:?}, not the child (pid {pid}) that holds {path}"
+                ))
+            }
+        }
+        Err(e) => Err(format!(
+            "a second open of the pool while the child (pid {pid}) works on it failed with \
+             \"{e}\" instead of being refused as busy"
+        )),
+        Ok(db) => {
+            drop(db); // like a crash: nothing more is written
+            Err(format!(
+                "a second open of the pool succeeded while the child (pid {pid}) works on it"
+            ))
+        }
+    }
 }
 
 /// A directory for the fast tier: under `/dev/shm` when it exists.

@@ -172,6 +172,7 @@ fn round_once(
         checkpoint_every: Duration::from_millis(50),
         write_percent: 70,
         tolerate_errors: false,
+        ..RunConfig::default()
     };
     let stop = AtomicBool::new(false);
     run(&db, &o, &base, &stop)?;

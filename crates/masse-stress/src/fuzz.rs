@@ -37,6 +37,53 @@ pub fn superblock(data: &[u8]) {
     let _ = Superblock::decode(data);
 }
 
+/// A superblock whose checksum is valid but whose geometry comes from the
+/// input: every field of the template pool's geometry is replaced by input
+/// bytes, the superblock re-encoded (a valid crc) into both copies, and the
+/// pool opened. Nonsense geometry must be refused with an error, never a
+/// panic (a segment size of 0 once divided by zero after the epoch was bumped).
+pub fn superblock_geometry(data: &[u8]) {
+    let img = template();
+    let SuperblockProbe::Found(mut sb) = Superblock::decode(&img[..4096]) else {
+        return;
+    };
+    let mut words = data
+        .chunks(8)
+        .map(|c| c.iter().rev().fold(0u64, |a, &b| a << 8 | b as u64));
+    let mut next = |cur: u64| words.next().unwrap_or(cur);
+    let g = &mut sb.geometry;
+    g.segment_size = next(g.segment_size as u64) as u32;
+    g.band_size = next(g.band_size);
+    g.band_header_size = next(g.band_header_size as u64) as u32;
+    g.iu = next(g.iu as u64) as u32;
+    for b in g.bands_per_device.iter_mut() {
+        *b = next(*b as u64) as u32;
+    }
+    g.pad_offset = next(g.pad_offset);
+    g.pad_size = next(g.pad_size);
+    g.ckpt_offset = next(g.ckpt_offset);
+    g.ckpt_slot_size = next(g.ckpt_slot_size);
+    g.data_start = next(g.data_start);
+    let enc = sb.encode();
+    let dev = MemDevice::new(POOL_IMAGE_SIZE);
+    let mut b = AlignedBuf::new(1 << 20);
+    for (i, chunk) in img.chunks(1 << 20).enumerate() {
+        b.copy_from_slice(chunk);
+        if i == 0 {
+            b[..enc.len()].copy_from_slice(&enc);
+            b[SUPERBLOCK_SIZE..SUPERBLOCK_SIZE + enc.len()].copy_from_slice(&enc);
+        }
+        if dev.write_at(&b, (i as u64) << 20).is_err() {
+            return;
+        }
+    }
+    if let Ok(db) = Db::open(&pool_config(&dev), opts()) {
+        let _ = db.get(b"key1");
+        let _ = db.put(b"after", b"fuzz");
+        let _ = db.close();
+    }
+}
+
 /// Every other fixed metadata block: epoch, band header, pad header, batch
 /// header (with its crc over the payload), checkpoint header, band record.
 pub fn metadata(data: &[u8]) {
@@ -176,6 +223,23 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let img = template();
     let sb = img[..4096].to_vec();
     out.push(("superblock", sb));
+    // The template's own geometry (no field replaced), then a few nonsense ones.
+    out.push(("superblock_geometry", Vec::new()));
+    out.push(("superblock_geometry", vec![0u8; 8]));
+    out.push((
+        "superblock_geometry",
+        [16u64 << 10, 64]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect(),
+    ));
+    out.push((
+        "superblock_geometry",
+        [u64::MAX; 11]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect(),
+    ));
     // Geometry of the template, to slice it (see `pool_config`).
     let dev = MemDevice::new(POOL_IMAGE_SIZE);
     if let Ok(db) = Db::create(&pool_config(&dev), opts()) {
@@ -227,6 +291,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("record", record),
     ("segment", segment),
     ("superblock", superblock),
+    ("superblock_geometry", superblock_geometry),
     ("metadata", metadata),
     ("index_image", index_image),
     ("pool_image", pool_image),

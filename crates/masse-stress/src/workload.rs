@@ -10,6 +10,7 @@
 
 use crate::gen::{is_some_version, key, parse_key, value};
 use crate::oracle::{Oracle, ACT_CKPT, ACT_GC, NONE};
+use crate::watchdog::{HangHook, HangReport, Watch};
 use masse::{Db, Error, WriteBatch};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
@@ -56,6 +57,13 @@ pub struct RunConfig {
     /// In fault-injection runs, I/O and corruption errors end a worker quietly
     /// instead of failing the run.
     pub tolerate_errors: bool,
+    /// An operation that has not finished after this long is a hang: the run
+    /// fails with the engine's write-path state and a thread dump (zero: no
+    /// watchdog). See [`crate::watchdog`].
+    pub hang_timeout: Duration,
+    /// Called on a hang; without it the report is printed and the process
+    /// exits with [`crate::watchdog::EXIT_HANG`].
+    pub on_hang: Option<HangHook>,
 }
 
 impl Default for RunConfig {
@@ -68,6 +76,8 @@ impl Default for RunConfig {
             checkpoint_every: Duration::from_millis(100),
             write_percent: 60,
             tolerate_errors: false,
+            hang_timeout: Duration::from_secs(60),
+            on_hang: None,
         }
     }
 }
@@ -130,7 +140,13 @@ pub fn run(
     let ops = AtomicU64::new(0);
     let done = AtomicBool::new(false);
     let deadline = Instant::now() + cfg.duration;
+    // One slot per worker, and the last one for the checkpoint thread.
+    let watch = Watch::new(cfg.threads.max(1) + 1);
+    let hang: std::sync::Mutex<Option<HangReport>> = std::sync::Mutex::new(None);
     let result: Result<(), Violation> = std::thread::scope(|s| {
+        if !cfg.hang_timeout.is_zero() {
+            s.spawn(|| watchdog(db, &watch, cfg, &done, &hang));
+        }
         // Mirror what the engine is doing into the oracle header, so a parent that
         // kills this process can tell what the kill interrupted.
         s.spawn(|| {
@@ -149,17 +165,29 @@ pub fn run(
                     if done.load(SeqCst) {
                         break;
                     }
+                    let slot = cfg.threads.max(1);
+                    watch.begin(slot, || "checkpoint".into());
                     if db.checkpoint().is_ok() {
                         counts.checkpoints.fetch_add(1, SeqCst);
                     }
+                    watch.end(slot);
                 }
             });
         }
         let workers: Vec<_> = (0..cfg.threads.max(1))
             .map(|t| {
-                let (counts, ops, done, stop) = (&counts, &ops, &done, stop);
-                s.spawn(move || {
-                    let r = worker(db, o, cfg, t, counts, ops, deadline, stop, done);
+                let (counts, ops, done, stop, watch) = (&counts, &ops, &done, stop, &watch);
+                // Named, so a hang report's thread dump tells the workers apart.
+                let b = std::thread::Builder::new().name(format!("stress-worker-{t}"));
+                b.spawn_scoped(s, move || {
+                    let sh = Shared {
+                        counts,
+                        ops,
+                        stop,
+                        done,
+                        watch,
+                    };
+                    let r = worker(db, o, cfg, t, &sh, deadline);
                     if r.is_err() {
                         done.store(true, SeqCst);
                     }
@@ -167,6 +195,13 @@ pub fn run(
                 })
             })
             .collect();
+        let workers: Vec<_> = match workers.into_iter().collect::<Result<Vec<_>, _>>() {
+            Ok(w) => w,
+            Err(e) => {
+                done.store(true, SeqCst);
+                return Err(Violation(format!("cannot start a worker thread: {e}")));
+            }
+        };
         let mut res = Ok(());
         for w in workers {
             match w.join() {
@@ -182,6 +217,9 @@ pub fn run(
         done.store(true, SeqCst);
         res
     });
+    if let Some(h) = hang.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        return Err(Violation(h.to_string()));
+    }
     result?;
     Ok(RunReport {
         puts: counts.puts.load(SeqCst),
@@ -196,6 +234,46 @@ pub fn run(
     })
 }
 
+/// Watches the workers' operations until the run ends; on a hang, reports
+/// and either calls the hook (and ends the run) or exits the process.
+fn watchdog(
+    db: &Db,
+    watch: &Watch,
+    cfg: &RunConfig,
+    done: &AtomicBool,
+    hang: &std::sync::Mutex<Option<HangReport>>,
+) {
+    let tick = (cfg.hang_timeout / 10).clamp(Duration::from_millis(10), Duration::from_millis(200));
+    while !done.load(SeqCst) {
+        std::thread::sleep(tick);
+        let Some(st) = watch.stalled(cfg.hang_timeout) else {
+            continue;
+        };
+        let rep = crate::watchdog::report(watch, st, db);
+        match &cfg.on_hang {
+            Some(h) => {
+                (h.0)(&rep);
+                *hang.lock().unwrap_or_else(|p| p.into_inner()) = Some(rep);
+                done.store(true, SeqCst);
+                return;
+            }
+            None => {
+                eprintln!("{rep}");
+                std::process::exit(crate::watchdog::EXIT_HANG);
+            }
+        }
+    }
+}
+
+/// What the workers of a run share.
+struct Shared<'a> {
+    counts: &'a Counts,
+    ops: &'a AtomicU64,
+    stop: &'a AtomicBool,
+    done: &'a AtomicBool,
+    watch: &'a Watch,
+}
+
 /// How a worker treats an engine error on a write: `Ok(true)` = not applied
 /// (NoSpace), `Ok(false)` = stop quietly (fault runs), `Err` = fail the run.
 fn on_write_error(e: &Error, cfg: &RunConfig, what: &str) -> Result<bool, Violation> {
@@ -208,18 +286,21 @@ fn on_write_error(e: &Error, cfg: &RunConfig, what: &str) -> Result<bool, Violat
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn worker(
     db: &Db,
     o: &Oracle,
     cfg: &RunConfig,
     t: usize,
-    counts: &Counts,
-    ops: &AtomicU64,
+    sh: &Shared,
     deadline: Instant,
-    stop: &AtomicBool,
-    done: &AtomicBool,
 ) -> Result<(), Violation> {
+    let Shared {
+        counts,
+        ops,
+        stop,
+        done,
+        watch,
+    } = *sh;
     let threads = cfg.threads.max(1) as u64;
     let mine = (o.nkeys() + threads - 1 - t as u64) / threads;
     if mine == 0 {
@@ -244,7 +325,10 @@ fn worker(
                 let v = o.max_ver(i).load(SeqCst) + 1;
                 o.max_ver(i).store(v, SeqCst);
                 o.pending(i).store(v, SeqCst);
-                match db.put(&key(i), &value(i, v)) {
+                watch.begin(t, || format!("put of key {i} version {v}"));
+                let r = db.put(&key(i), &value(i, v));
+                watch.end(t);
+                match r {
                     Ok(()) => {
                         o.acked(i).store(v, SeqCst);
                         o.pending(i).store(NONE, SeqCst);
@@ -264,7 +348,10 @@ fn worker(
                 // delete
                 let i = own(&mut rng);
                 o.pending(i).store(0, SeqCst);
-                match db.delete(&key(i)) {
+                watch.begin(t, || format!("delete of key {i}"));
+                let r = db.delete(&key(i));
+                watch.end(t);
+                match r {
                     Ok(existed) => {
                         if existed != (o.acked(i).load(SeqCst) != 0) {
                             return Err(Violation(format!(
@@ -310,7 +397,10 @@ fn worker(
                     };
                     res.map_err(|e| Violation(format!("building a batch: {e}")))?;
                 }
-                match db.write(b) {
+                watch.begin(t, || format!("batch of keys {keys:?}"));
+                let r = db.write(b);
+                watch.end(t);
+                match r {
                     Ok(()) => {
                         for &i in &keys {
                             o.acked(i).store(o.pending(i).load(SeqCst), SeqCst);
@@ -335,13 +425,19 @@ fn worker(
                 }
             }
         } else if r == 99 && rng.below(500) == 0 {
-            iterate_loosely(db, o, cfg)?;
+            watch.begin(t, || "full iteration".into());
+            let r = iterate_loosely(db, o, cfg);
+            watch.end(t);
+            r?;
             counts.iterations.fetch_add(1, SeqCst);
         } else {
             // get of an own key: exact
             let i = own(&mut rng);
             let want = o.acked(i).load(SeqCst);
-            match db.get(&key(i)) {
+            watch.begin(t, || format!("get of key {i}"));
+            let r = db.get(&key(i));
+            watch.end(t);
+            match r {
                 Ok(got) => {
                     let ok = match (&got, want) {
                         (None, 0) => true,

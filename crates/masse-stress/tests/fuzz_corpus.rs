@@ -57,8 +57,12 @@ fn corpus_and_mutations_never_panic() {
             .map(|(_, b)| b)
             .collect();
         assert!(!mine.is_empty(), "no seeds for target {name}");
-        // The pool image target opens a pool per input: fewer mutations.
-        let per = if *name == "pool_image" { 6 } else { 200 };
+        // The pool image targets open a pool per input: fewer mutations.
+        let per = match *name {
+            "pool_image" => 6,
+            "superblock_geometry" => 40,
+            _ => 200,
+        };
         for s in mine {
             f(s);
             runs += 1;

@@ -14,7 +14,7 @@ use crate::config::{Options, PoolConfig};
 use crate::device::{round_down64, round_up, AlignedBuf, Device};
 use crate::error::{Error, Result};
 use crate::format::*;
-use crate::index::{digest, Digest, Index};
+use crate::index::{Digest, Index};
 use crate::layout::{Cursor, Layout};
 use crate::pool::{self, Pool};
 use crate::stats::{ld, Counters, DeviceStats, Histos, Op, Stats};
@@ -93,6 +93,9 @@ pub(crate) struct WriteState {
     pub next_seg: u64,
     pub cur_band: Option<u32>,
     pub next_sib: u64,
+    /// The segment closed last: its sequence number and the end of its
+    /// records (written into the next segment's header as `prev_end`).
+    pub last_closed: Option<(u64, u32)>,
 }
 
 /// Class of a write, which decides how much reserve space it may use.
@@ -105,7 +108,7 @@ pub(crate) enum Class {
 }
 
 impl Class {
-    fn reserve_bands(self) -> u32 {
+    pub(crate) fn reserve_bands(self) -> u32 {
         match self {
             Class::User => 2,
             Class::Delete => 1,
@@ -244,7 +247,11 @@ impl PadState {
 
 #[derive(Default, Clone)]
 pub(crate) struct RecoveryInfo {
+    /// Damage found at open, or data lost.
     pub warnings: Vec<String>,
+    /// What an ordinary crash leaves behind (a torn write at the crash
+    /// frontier, a batch cut short) and damage that cost nothing.
+    pub notes: Vec<String>,
     pub source: String,
     pub us: u64,
     pub segments: u64,
@@ -358,8 +365,9 @@ impl WriteBatch {
     /// Add a put.
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         check_kv(key, value)?;
+        // The digest depends on the pool (format v2 keys it): set by `Db::write`.
         self.recs.push(PRec {
-            digest: digest(key),
+            digest: 0,
             bytes: encode_new(key, value, 0),
             kind: Kind::Put,
         });
@@ -370,7 +378,7 @@ impl WriteBatch {
     pub fn delete(&mut self, key: &[u8]) -> Result<()> {
         check_kv(key, b"")?;
         self.recs.push(PRec {
-            digest: digest(key),
+            digest: 0,
             bytes: encode_new(key, b"", REC_TOMBSTONE),
             kind: Kind::Delete,
         });
@@ -414,7 +422,7 @@ fn encode_new(key: &[u8], value: &[u8], flags: u8) -> Vec<u8> {
 /// Rewrite seq, flags and seg tag of an encoded record and recompute its crc.
 fn stamp(rec: &mut [u8], seg_tag: u32, seq: u64, flags: u8) {
     rec[8..16].copy_from_slice(&seq.to_le_bytes());
-    rec[18] = flags;
+    rec[REC_FLAGS_AT] = flags;
     retag_record(rec, seg_tag);
 }
 
@@ -440,8 +448,11 @@ impl Db {
 
     fn start(pool: Pool, opts: Options) -> Result<Db> {
         let t0 = Instant::now();
-        let prev = pool::read_epoch(&pool)?;
-        let epoch = prev.epoch + 1;
+        let read = pool::read_epoch(&pool)?;
+        let prev = read.block;
+        // With one copy unreadable, the lost one may have held prev + 1 (a run
+        // that wrote segments with it): skip it, so no epoch is ever used twice.
+        let epoch = prev.epoch + if read.both_copies { 1 } else { 2 };
         pool::write_epoch(
             &pool,
             &EpochBlock {
@@ -509,6 +520,7 @@ impl Db {
                 next_seg: epoch << 40,
                 cur_band: None,
                 next_sib: 0,
+                last_closed: None,
             }),
             pad,
             writer: Mutex::new(None),
@@ -561,6 +573,10 @@ impl Db {
             let mut r = inner.recovery.lock();
             r.pad_records = npad;
             r.us = t0.elapsed().as_micros() as u64;
+            tracing::info!(epoch, recovery = %r.source, segments_replayed = r.segments, pad_records = npad, took_ms = r.us / 1000, warnings = r.warnings.len(), "pool opened");
+            r.warnings
+                .iter()
+                .for_each(|w| tracing::warn!(warning = %w, "recovery found damage"));
         }
         let i2 = inner.clone();
         let h = std::thread::Builder::new()
@@ -576,7 +592,7 @@ impl Db {
         let t = Instant::now();
         check_kv(key, value)?;
         let rec = PRec {
-            digest: digest(key),
+            digest: self.inner.digest(key),
             bytes: encode_new(key, value, 0),
             kind: Kind::Put,
         };
@@ -596,7 +612,7 @@ impl Db {
         let t = Instant::now();
         check_kv(key, b"")?;
         let rec = PRec {
-            digest: digest(key),
+            digest: self.inner.digest(key),
             bytes: encode_new(key, b"", REC_TOMBSTONE),
             kind: Kind::Delete,
         };
@@ -630,7 +646,11 @@ impl Db {
             self.inner.check_record_fits(r.bytes.len())?;
         }
         let (n, bytes, deletes) = (batch.recs.len() as u64, batch.bytes, batch.deletes);
-        self.inner.write(batch.recs, class)?;
+        let mut recs = batch.recs;
+        for r in &mut recs {
+            r.digest = self.inner.digest(record_key(&r.bytes));
+        }
+        self.inner.write(recs, class)?;
         self.inner.c.batches.fetch_add(1, Relaxed);
         self.inner.c.puts.fetch_add(n - deletes, Relaxed);
         self.inner.c.deletes.fetch_add(deletes, Relaxed);
@@ -696,7 +716,7 @@ impl Db {
     /// allocation status, where a spurious "present" is harmless.
     pub fn may_contain(&self, key: &[u8]) -> Result<bool> {
         check_kv(key, b"")?;
-        Ok(match self.inner.index.get(digest(key)) {
+        Ok(match self.inner.index.get(self.inner.digest(key)) {
             Some(l) => !Loc(l).is_tombstone(),
             None => false,
         })
@@ -750,8 +770,13 @@ impl Db {
             *s = true;
             self.inner.maint.1.notify_all();
         }
-        let mut res = Ok(());
-        if clean && self.inner.check_failed().is_ok() {
+        // A database that failed says so at close, with the cause.
+        let mut res = if clean {
+            self.inner.check_failed()
+        } else {
+            Ok(())
+        };
+        if clean && res.is_ok() {
             res = self.inner.writer_barrier();
             if res.is_ok() && self.inner.opts.checkpoint_on_close {
                 res = crate::recovery::checkpoint(&self.inner).map(|_| ());
@@ -771,6 +796,7 @@ impl Db {
             };
             res = pool::write_epoch(&self.inner.pool, &e);
         }
+        tracing::info!(clean = clean && res.is_ok(), "pool closed");
         res
     }
 
@@ -782,9 +808,13 @@ impl Db {
         let (open_slot, open_free) = {
             let ws = inner.ws.lock();
             match ws.open.as_ref() {
+                // Room for one more record's bytes: its summary entry and the
+                // footer must fit too (an exactly full segment has none left).
                 Some(o) => (
                     Some(o.buf.slot),
-                    (o.buf.size - o.used - (o.entries.len() + 1) * SUMMARY_ENTRY - SEG_FOOTER)
+                    o.buf
+                        .size
+                        .saturating_sub(o.used + (o.entries.len() + 1) * SUMMARY_ENTRY + SEG_FOOTER)
                         as u32,
                 ),
                 None => (None, 0),
@@ -847,7 +877,14 @@ impl Db {
         self.inner.stats()
     }
 
-    /// Reset the latency histograms (e.g. between benchmark phases).
+    /// Per operation (put, get, delete, batch), how many latency samples fell at or
+    /// below each bound (ascending, ns), with their count and exact sum: what a
+    /// Prometheus histogram exports. `reset_latency` starts them over.
+    pub fn latency_buckets(&self, bounds_ns: &[u64]) -> Vec<crate::stats::LatencyBuckets> {
+        self.inner.h.buckets(bounds_ns)
+    }
+
+    /// Forget the latency samples so far (e.g. between benchmark phases).
     pub fn reset_latency(&self) {
         self.inner.h.reset();
     }
@@ -1033,9 +1070,27 @@ impl Inner {
         }
     }
 
+    /// The digest of `key` in this pool (format v2: keyed with the pool's secret).
+    #[inline]
+    pub(crate) fn digest(&self, key: &[u8]) -> Digest {
+        self.pool.key_digest.digest(key)
+    }
+
+    /// Record a recovery warning: damage found, or data lost.
+    pub(crate) fn warn(&self, msg: String) {
+        self.recovery.lock().warnings.push(msg);
+    }
+
+    /// Record a recovery note: what an ordinary crash leaves behind, or damage
+    /// that cost nothing.
+    pub(crate) fn note(&self, msg: String) {
+        self.recovery.lock().notes.push(msg);
+    }
+
     pub(crate) fn fail(&self, msg: String) {
         let mut f = self.failed.lock();
         if f.is_none() {
+            tracing::error!(reason = %msg, "database failed: every further call returns Closed");
             *f = Some(msg);
         }
         drop(f);
@@ -1098,6 +1153,10 @@ impl Inner {
             match self.submit(req.clone()) {
                 Outcome::Done(n) => {
                     if let Some(t) = stalled_since {
+                        tracing::debug!(
+                            waited_us = t.elapsed().as_micros() as u64,
+                            "write stalled for free space"
+                        );
                         self.c.stalls.fetch_add(1, Relaxed);
                         self.c
                             .stall_us
@@ -1132,19 +1191,24 @@ impl Inner {
         if lead {
             self.lead(&last);
         }
+        // Wait for every request, even after one failed or stalled: a request
+        // still queued may be handed the leadership, and nobody else would take it.
         let mut n = 0;
+        let mut err = None;
         for r in reqs {
             match self.await_req(&r, &last) {
                 Outcome::Done(k) => n += k,
-                Outcome::Failed(m) => return Err(Error::Closed(m)),
+                Outcome::Failed(m) => {
+                    err.get_or_insert(Error::Closed(m));
+                }
                 Outcome::Stalled => {
-                    return Err(Error::NoSpace(
+                    err.get_or_insert(Error::NoSpace(
                         "no free band for a replay or GC write".into(),
-                    ))
+                    ));
                 }
             }
         }
-        Ok(n)
+        err.map_or(Ok(n), Err)
     }
 
     /// Queue a request and wait for it, leading group commits when handed the leadership.
@@ -1620,29 +1684,48 @@ impl Inner {
     /// Seal-and-send finished segments; in capacity-only mode also flush the open
     /// segment's dirty tail and wait until it is durable.
     fn flush_segments(&self, ws: &mut WriteState, durable_tail: bool) -> Result<()> {
-        for mut o in ws.to_seal.drain(..) {
+        if !durable_tail {
+            // Tiered: every record is on the pad; a segment is written once, whole.
+            for mut o in ws.to_seal.drain(..) {
+                self.seal_tail(&mut o);
+                let from = round_down64(o.flushed as u64, 4096) as usize;
+                self.send(WMsg::Segment {
+                    buf: o.buf.clone(),
+                    from,
+                })?;
+            }
+            return Ok(());
+        }
+        // Without a pad a group commit is durable once its records are: first the
+        // records of the segments it sealed and of the open segment, then one sync
+        // (the acknowledgement); only then the summaries and footers of the sealed
+        // segments, which the writer's next burst syncs. A footer thus vouches only
+        // for records already durable: a power cut that keeps a footer block but
+        // not a record block cannot make recovery index bytes never written.
+        let sealed: Vec<OpenSeg> = ws.to_seal.drain(..).collect();
+        for o in sealed.iter().chain(ws.open.as_ref()) {
+            if o.used > o.flushed {
+                self.send(WMsg::Flush {
+                    buf: o.buf.clone(),
+                    from: round_down64(o.flushed as u64, 4096) as usize,
+                    to: round_up(o.used, 4096),
+                })?;
+                self.c.partial_flushes.fetch_add(1, Relaxed);
+            }
+        }
+        if let Some(o) = ws.open.as_mut() {
+            o.flushed = o.used;
+        }
+        self.writer_barrier()?;
+        let iu = self.layout.geo.iu as u64;
+        for mut o in sealed {
             self.seal_tail(&mut o);
-            let from = round_down64(o.flushed as u64, 4096) as usize;
+            let summary = o.buf.size - SEG_FOOTER - o.entries.len() * SUMMARY_ENTRY;
+            let from = round_down64(summary as u64, iu.max(4096)) as usize;
             self.send(WMsg::Segment {
                 buf: o.buf.clone(),
                 from,
             })?;
-        }
-        if durable_tail {
-            if let Some(o) = ws.open.as_mut() {
-                if o.used > o.flushed {
-                    let from = round_down64(o.flushed as u64, 4096) as usize;
-                    let to = round_up(o.used, 4096);
-                    self.send(WMsg::Flush {
-                        buf: o.buf.clone(),
-                        from,
-                        to,
-                    })?;
-                    o.flushed = o.used;
-                    self.c.partial_flushes.fetch_add(1, Relaxed);
-                }
-            }
-            self.writer_barrier()?;
         }
         Ok(())
     }
@@ -1699,14 +1782,14 @@ impl Inner {
                 }
                 if let Some(full) = ws.open.take() {
                     used_up += Self::seal_waste(seg, &full);
-                    ws.to_seal.push(full);
+                    Self::close_segment(ws, full);
                 }
             }
         };
         // One record larger than a segment: a segment of several slots of its own.
         if let Some(cur) = ws.open.take() {
             used_up += Self::seal_waste(seg, &cur);
-            ws.to_seal.push(cur);
+            Self::close_segment(ws, cur);
         }
         used_up += self.band_tail_skipped(ws, k) + k * seg as u64;
         let mut o = self.new_segment(ws, k)?;
@@ -1714,8 +1797,15 @@ impl Inner {
         o.used = SEG_HEADER + len8;
         self.slot_placed[o.buf.slot as usize].store(len8 as u32, Relaxed);
         let buf = o.buf.clone();
-        ws.to_seal.push(o);
+        Self::close_segment(ws, o);
         Ok((buf, SEG_HEADER, used_up))
+    }
+
+    /// A segment takes no more records: queue it for sealing and remember
+    /// where its records end, for the next segment's header.
+    fn close_segment(ws: &mut WriteState, o: OpenSeg) {
+        ws.last_closed = Some((o.buf.seq, o.used as u32));
+        ws.to_seal.push(o);
     }
 
     /// Room left unused in a one-slot segment sealed now.
@@ -1786,10 +1876,15 @@ impl Inner {
         let seq = ws.next_seg;
         ws.next_seg += 1;
         let mut data = AlignedBuf::new(k as usize * self.layout.seg as usize);
+        let prev_end = match ws.last_closed {
+            Some((s, end)) if s + 1 == seq => end,
+            _ => 0,
+        };
         SegmentHeader {
             segment_seq: seq,
             pool_tag: self.tag,
             nslots: k as u32,
+            prev_end,
         }
         .encode_into(&mut data);
         let size = data.len();
@@ -1866,7 +1961,7 @@ impl Inner {
             if only_open && open_seq.is_some() {
                 if let Some(o) = ws.open.take() {
                     drop(s);
-                    ws.to_seal.push(o);
+                    Self::close_segment(ws, o);
                     self.c.forced_seals.fetch_add(1, Relaxed);
                     self.flush_segments(ws, false)?;
                     s = p.st.lock();
@@ -1916,7 +2011,7 @@ impl Inner {
     // Reads
 
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let d = digest(key);
+        let d = self.digest(key);
         let mut last = None;
         for _ in 0..16 {
             let Some(l) = self.index.get(d) else {
@@ -1941,8 +2036,12 @@ impl Inner {
                 }
                 // The entry is another key's (digest fingerprints collide): not found.
                 Ok(None) => return Ok(None),
-                Err(e @ Error::Io { .. }) => return Err(e),
+                Err(e @ Error::Io { .. }) => {
+                    tracing::warn!(error = %e, slot = loc.slot(), "device read failed");
+                    return Err(e);
+                }
                 Err(e) => {
+                    tracing::warn!(error = %e, slot = loc.slot(), offset = loc.offset(), "corrupt record found by a get");
                     self.c.corruptions.fetch_add(1, Relaxed);
                     return Err(Error::Corruption(format!(
                         "record for key {:?} at segment {} offset {}: {e}",
@@ -1969,7 +2068,7 @@ impl Inner {
         let mut bufs: Vec<AlignedBuf> = Vec::new();
         let mut recheck: Vec<usize> = Vec::new();
         for (i, key) in keys.iter().enumerate() {
-            let Some(l) = self.index.get(digest(key)) else {
+            let Some(l) = self.index.get(self.digest(key)) else {
                 continue;
             };
             let loc = Loc(l);
@@ -2149,6 +2248,7 @@ impl Inner {
             recovery_segments_replayed: rec.segments,
             recovery_pad_records: rec.pad_records,
             recovery_warnings: rec.warnings,
+            recovery_notes: rec.notes,
             corruptions: ld(&c.corruptions),
             devices,
             latency: self.h.summary(),
@@ -2196,13 +2296,13 @@ mod tests {
     /// move must not be placed after the write, or recovery ("later position
     /// wins") resurrects the moved, older version. Found by `masse stress`
     /// (scm-only kill loop, seed 13: deleted keys came back after a crash).
-    fn move_and_write_in_one_group(user: PRec, expect: Option<&[u8]>) {
+    fn move_and_write_in_one_group(mut user: PRec, expect: Option<&[u8]>) {
         let dev = MemDevice::new(16 << 20);
         let db = Db::create(&pool(&dev), opts()).expect("create");
         db.put(b"K", b"old value").expect("put");
         db.put(b"other", b"x").expect("put");
         let inner = &db.inner;
-        let d = digest(b"K");
+        let d = inner.digest(b"K");
         let loc = Loc(inner.index.get(d).expect("K indexed"));
         let mut bytes = inner.read_record(loc).expect("read K");
         bytes.truncate(peek_record(&bytes).expect("header").total_len()); // as GC copies it
@@ -2219,6 +2319,7 @@ mod tests {
         } else {
             Class::User
         };
+        user.digest = d;
         let w = Req::new(vec![user], class);
         {
             let mut ws = inner.ws.lock();
@@ -2236,7 +2337,7 @@ mod tests {
     #[test]
     fn a_move_after_a_delete_in_one_group_does_not_resurrect() {
         let del = PRec {
-            digest: digest(b"K"),
+            digest: 0,
             bytes: encode_new(b"K", b"", REC_TOMBSTONE),
             kind: Kind::Delete,
         };
@@ -2246,11 +2347,70 @@ mod tests {
     #[test]
     fn a_move_after_a_put_in_one_group_does_not_win() {
         let put = PRec {
-            digest: digest(b"K"),
+            digest: 0,
             bytes: encode_new(b"K", b"new value", 0),
             kind: Kind::Put,
         };
         move_and_write_in_one_group(put, Some(b"new value"));
+    }
+
+    /// A request of a multi-request `submit_all` that was still queued when an
+    /// earlier one came back `Stalled` must still be waited for: another leader
+    /// may hand it the leadership, and if nobody waits on it the queue's leader
+    /// flag stays set and every later write blocks (issue 12, defect 4).
+    #[test]
+    fn a_stalled_submit_all_leaves_no_orphan_leader() {
+        let dev = MemDevice::new(16 << 20);
+        let opts = Options {
+            max_batch_bytes: 4096,
+            ..opts()
+        };
+        let db = Db::create(&pool(&dev), opts).expect("create");
+        let inner = db.inner.clone();
+        // Use up every slot of the open band (15 segments of 32 KiB): a record
+        // that needs a new segment then needs a new band.
+        for i in 0..15u32 {
+            db.put(&i.to_le_bytes(), &vec![2u8; 30_000]).expect("fill");
+        }
+        // No free band at all: any GC-class request that needs one stalls.
+        let hidden: Vec<u32> = inner.bands.lock().free.drain(..).collect();
+        let rec = |k: &[u8], n: usize| PRec {
+            digest: inner.digest(k),
+            bytes: encode_new(k, &vec![1u8; n], 0),
+            kind: Kind::Put,
+        };
+        // Another caller leads; its request x is queued first.
+        let x = Req::new(vec![rec(b"x", 100)], Class::Replay);
+        {
+            let mut q = inner.queue.lock();
+            q.leader = true;
+            q.reqs.push(x.clone());
+        }
+        // A GC-style submit of two requests queues behind x and waits.
+        let r1 = Req::new(vec![rec(b"r1", 100)], Class::Gc);
+        let r2 = Req::new(vec![rec(b"r2", 5000)], Class::Gc);
+        let i2 = inner.clone();
+        let t = std::thread::spawn(move || i2.submit_all(vec![r1, r2]));
+        while inner.queue.lock().reqs.len() < 3 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The leader commits [x, r1] (r2 does not fit the group), hands off, returns.
+        inner.lead(&x);
+        assert!(
+            t.join().expect("join").is_err(),
+            "the stalled move was not reported"
+        );
+        inner.bands.lock().free.extend(hidden);
+        // Every later write must still get through.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let db = Arc::new(db);
+        let d2 = db.clone();
+        std::thread::spawn(move || tx.send(d2.put(b"later", b"write").is_ok()));
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(10)),
+            Ok(true),
+            "writes hang behind an orphaned request"
+        );
     }
 
     /// Space admission is only sound if `Cursor::place` predicts exactly what

@@ -88,6 +88,17 @@ pub enum Error {
         /// Pool id found.
         pool_id: u128,
     },
+    /// A device of the pool is in use by another open pool: another process,
+    /// or another open in this one. A pool is open in one process at a time;
+    /// nothing was read or written.
+    #[error("{path} is in use by {}; a pool can be open in only one process at a time", .holder.as_deref().unwrap_or("another process"))]
+    Busy {
+        /// Device path.
+        path: String,
+        /// Who holds it, when that can be known: "pid 1234 (masse serve nbd …)",
+        /// "another open pool in this process (pid 1234)", "a filesystem mounted at /mnt".
+        holder: Option<String>,
+    },
     /// The database was closed or a background thread failed.
     #[error("database is closed or failed: {0}")]
     Closed(String),

@@ -8,7 +8,14 @@
 use crate::error::{Error, Result};
 
 /// Version written by this build. Devices with a higher version are refused.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version 2 (this build) adds the pool's key-digest secret to the superblock
+/// and a second copy of every band header; version-1 pools keep opening (with
+/// the unkeyed digest they were created with).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// Offset in the superblock of the key-digest kind (u32) and secret (16 bytes),
+/// format version 2: past the largest capacity-device table (120 + 4 · 64).
+pub const SB_KEY_DIGEST_AT: usize = 512;
 
 /// Size of one superblock copy; two copies sit at offsets 0 and 4096.
 pub const SUPERBLOCK_SIZE: usize = 4096;
@@ -82,7 +89,7 @@ impl<'a> Get<'a> {
             None => Err(Error::Corruption("truncated structure".into())),
         }
     }
-    fn arr<const N: usize>(&mut self) -> Result<[u8; N]> {
+    pub(crate) fn arr<const N: usize>(&mut self) -> Result<[u8; N]> {
         let mut a = [0u8; N];
         a.copy_from_slice(self.bytes(N)?);
         Ok(a)
@@ -191,6 +198,92 @@ pub struct Geometry {
     pub has_fast: bool,
 }
 
+impl Geometry {
+    /// Check that the geometry describes a pool this build can address: every
+    /// field in range and every region inside its device's layout. A superblock
+    /// with a valid checksum but an impossible geometry (a bug, or a crafted
+    /// device) is refused at open instead of dividing by zero later.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let (seg, iu) = (self.segment_size as u64, self.iu as u64);
+        let hdr = self.band_header_size as u64;
+        if !iu.is_power_of_two() || !(4096..=1 << 20).contains(&iu) {
+            return Err(format!("indirection unit {iu}"));
+        }
+        if seg % iu != 0 || !(8192..=512 << 10).contains(&seg) {
+            return Err(format!("segment size {seg} (indirection unit {iu})"));
+        }
+        if hdr < 4096 || hdr % iu != 0 || hdr % 4096 != 0 {
+            return Err(format!("band header size {hdr}"));
+        }
+        if self.band_size % iu != 0 || self.band_size < hdr + 8 * seg {
+            return Err(format!(
+                "band size {} (header {hdr}, segment {seg})",
+                self.band_size
+            ));
+        }
+        let ndev = self.bands_per_device.len();
+        let bands: u64 = self.bands_per_device.iter().map(|&n| n as u64).sum();
+        if !(1..=64).contains(&ndev) || bands == 0 {
+            return Err(format!("{ndev} capacity devices with {bands} bands"));
+        }
+        let slots = bands * ((self.band_size - hdr) / seg);
+        if slots >= MAX_SLOTS || bands > u32::MAX as u64 {
+            return Err(format!("{slots} segments"));
+        }
+        self.validate_regions()
+    }
+
+    fn validate_regions(&self) -> std::result::Result<(), String> {
+        let aligned = |x: u64| x % 4096 == 0;
+        let meta_end = EPOCH_OFFSET + EPOCH_AREA;
+        let ckpt_end = self
+            .ckpt_slot_size
+            .checked_mul(2)
+            .and_then(|c| c.checked_add(self.ckpt_offset))
+            .ok_or("checkpoint region overflows")?;
+        if !aligned(self.ckpt_offset) || !aligned(self.ckpt_slot_size) || !aligned(self.data_start)
+        {
+            return Err("unaligned region".into());
+        }
+        if self.has_fast != (self.mode == Mode::Tiered) {
+            return Err(format!(
+                "mode {} with has_fast {}",
+                self.mode.name(),
+                self.has_fast
+            ));
+        }
+        if self.has_fast {
+            let pad_end = self
+                .pad_offset
+                .checked_add(self.pad_size)
+                .ok_or("pad overflows")?;
+            if self.pad_size < 4096 * 4
+                || !aligned(self.pad_offset)
+                || !aligned(self.pad_size)
+                || self.pad_offset < meta_end + 2 * PAD_HEADER_SIZE
+                || pad_end > self.ckpt_offset
+            {
+                return Err(format!(
+                    "pad at {} of {} bytes",
+                    self.pad_offset, self.pad_size
+                ));
+            }
+        } else if self.pad_size != 0 || self.ckpt_offset < meta_end || ckpt_end > self.data_start {
+            return Err("metadata regions overlap".into());
+        }
+        if self.data_start < meta_end {
+            return Err(format!("data start {}", self.data_start));
+        }
+        Ok(())
+    }
+
+    /// Bytes of capacity device `i` this geometry uses.
+    pub fn capacity_used(&self, i: usize) -> Option<u64> {
+        let n = *self.bands_per_device.get(i)? as u64;
+        n.checked_mul(self.band_size)?.checked_add(self.data_start)
+    }
+}
+
 /// Contents of one superblock copy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Superblock {
@@ -210,6 +303,8 @@ pub struct Superblock {
     pub created_unix: u64,
     /// Pool geometry.
     pub geometry: Geometry,
+    /// How keys are digested in this pool (version 1: unkeyed XXH3).
+    pub key_digest: crate::index::KeyDigest,
 }
 
 /// Result of looking for a superblock on a device.
@@ -255,6 +350,16 @@ impl Superblock {
             p.u32(g.bands_per_device.len() as u32);
             for &n in &g.bands_per_device {
                 p.u32(n);
+            }
+        }
+        if self.version >= 2 {
+            let mut p = Put::new(&mut b[SB_KEY_DIGEST_AT..SB_KEY_DIGEST_AT + 20]);
+            match self.key_digest {
+                crate::index::KeyDigest::Xxh3 => p.u32(0),
+                crate::index::KeyDigest::Keyed(k) => {
+                    p.u32(1);
+                    p.bytes(&k);
+                }
             }
         }
         let crc = crc32c::crc32c(&b[16..]);
@@ -316,7 +421,18 @@ impl Superblock {
         for _ in 0..ndev {
             bands_per_device.push(g.u32()?);
         }
-        Ok(Superblock {
+        let key_digest = match version {
+            1 => crate::index::KeyDigest::Xxh3,
+            _ => {
+                let mut g = Get::new(&b[SB_KEY_DIGEST_AT..SB_KEY_DIGEST_AT + 20]);
+                match g.u32()? {
+                    0 => crate::index::KeyDigest::Xxh3,
+                    1 => crate::index::KeyDigest::Keyed(g.arr()?),
+                    k => return Err(Error::Corruption(format!("unknown key digest {k}"))),
+                }
+            }
+        };
+        let sb = Superblock {
             version,
             pool_id,
             role,
@@ -338,7 +454,12 @@ impl Superblock {
                 data_start,
                 has_fast,
             },
-        })
+            key_digest,
+        };
+        sb.geometry
+            .validate()
+            .map_err(|e| Error::Corruption(format!("impossible geometry: {e}")))?;
+        Ok(sb)
     }
 }
 
@@ -402,6 +523,8 @@ pub fn seg_tag(segment_seq: u64) -> u32 {
 
 /// Bytes of the record header.
 pub const RECORD_HEADER: usize = 24;
+/// Offset of the flags byte in a record header.
+pub const REC_FLAGS_AT: usize = 18;
 /// Record flag: this record is a tombstone (delete).
 pub const REC_TOMBSTONE: u8 = 1;
 /// Record flag: more records of the same atomic group follow; recovery applies
@@ -487,13 +610,19 @@ pub fn peek_record(b: &[u8]) -> Option<RecordHeader> {
         seg_tag: le32(b, 4),
         seq: le64(b, 8),
         key_len: u16::from_le_bytes([b[16], b[17]]),
-        flags: b[18],
+        flags: b[REC_FLAGS_AT],
         val_len: le32(b, 20),
     };
     if h.key_len == 0 || h.key_len as usize > MAX_KEY_LEN || h.val_len as usize > MAX_VALUE_LEN {
         return None;
     }
     Some(h)
+}
+
+/// The key of an encoded record (whose header is known to be well formed).
+pub fn record_key(rec: &[u8]) -> &[u8] {
+    let n = u16::from_le_bytes([rec[16], rec[17]]) as usize;
+    &rec[RECORD_HEADER..RECORD_HEADER + n]
 }
 
 /// Parse and verify a whole record at the start of `b`: returns the header, key and value.
@@ -665,6 +794,11 @@ pub struct SegmentHeader {
     pub pool_tag: u64,
     /// Slots the segment spans.
     pub nslots: u32,
+    /// End of the record area of segment `segment_seq - 1` as the writer left
+    /// it when this segment opened; 0 if not known (a segment opened first
+    /// after an open, or format version 1). Recovery compares it with what it
+    /// finds there: a shorter segment lost records to a torn write.
+    pub prev_end: u32,
 }
 
 impl SegmentHeader {
@@ -678,6 +812,7 @@ impl SegmentHeader {
             p.u64(self.pool_tag);
             p.u32(self.nslots);
             p.u32(FORMAT_VERSION);
+            p.u32(self.prev_end);
         }
         let crc = crc32c::crc32c(&b[8..SEG_HEADER]);
         b[4..8].copy_from_slice(&crc.to_le_bytes());
@@ -695,6 +830,7 @@ impl SegmentHeader {
             segment_seq: le64(b, 8),
             pool_tag: le64(b, 16),
             nslots: le32(b, 24),
+            prev_end: le32(b, 32),
         })
     }
 }
@@ -720,12 +856,23 @@ pub struct BandHeader {
     pub first_seq: u64,
 }
 
+/// Offset of the band header's second copy within its block (format version 2).
+pub const BAND_HEADER_COPY: usize = 2048;
+
 impl BandHeader {
-    /// Encode into a 4 KiB block.
+    /// Encode into a 4 KiB block: the header at offset 0 and a second copy at
+    /// [`BAND_HEADER_COPY`], so a damaged byte costs one copy, not the band.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; 4096];
+        self.encode_copy(&mut b[..64]);
+        let (first, second) = b.split_at_mut(BAND_HEADER_COPY);
+        second[..64].copy_from_slice(&first[..64]);
+        b
+    }
+
+    fn encode_copy(&self, b: &mut [u8]) {
         {
-            let mut p = Put::new(&mut b);
+            let mut p = Put::new(b);
             p.bytes(BAND_MAGIC);
             p.u32(0);
             p.u32(self.state);
@@ -736,10 +883,9 @@ impl BandHeader {
         }
         let crc = crc32c::crc32c(&b[12..64]);
         b[8..12].copy_from_slice(&crc.to_le_bytes());
-        b
     }
 
-    /// Decode; `None` for a blank, foreign or damaged header (treated as free).
+    /// Decode one copy; `None` for a blank, foreign or damaged header.
     pub fn decode(b: &[u8]) -> Option<BandHeader> {
         if b.len() < 64 || &b[..8] != BAND_MAGIC || crc32c::crc32c(&b[12..64]) != le32(b, 8) {
             return None;
@@ -750,6 +896,28 @@ impl BandHeader {
             band: le32(b, 24),
             first_seq: le64(b, 32),
         })
+    }
+
+    /// Decode a header block: the first valid copy, and how many copies are
+    /// damaged (neither valid nor blank). A version-1 block has one copy and a
+    /// blank second.
+    pub fn decode_copies(block: &[u8]) -> (Option<BandHeader>, u32) {
+        let copies = [
+            &block[..64],
+            &block[BAND_HEADER_COPY..BAND_HEADER_COPY + 64],
+        ];
+        let mut found = None;
+        let mut damaged = 0;
+        for c in copies {
+            match Self::decode(c) {
+                Some(h) => {
+                    found = found.or(Some(h));
+                }
+                None if c.iter().all(|&x| x == 0) => {}
+                None => damaged += 1,
+            }
+        }
+        (found, damaged)
     }
 }
 

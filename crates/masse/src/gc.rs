@@ -9,9 +9,10 @@
 //! still in use can hold an older version of their key (then they are dropped).
 
 use crate::db::{BandState, Class, Inner, Kind, PRec, Req};
-use crate::device::{round_up, AlignedBuf};
+use crate::device::round_up;
 use crate::error::{Error, Result};
 use crate::format::*;
+use crate::scan::{BandScanner, Found};
 use crate::writer::{WMsg, Waiter};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -186,11 +187,16 @@ pub(crate) fn gc_pass(inner: &Inner, urgent: bool) -> Result<GcOutcome> {
         // Choose under the write state: a group commit applies its records to the
         // index only after their segment may already be durable (capacity-only
         // mode), so a band is judged only once no group is half-applied.
-        let _ws = inner.ws.lock();
+        let ws = inner.ws.lock();
         let mut bt = inner.bands.lock();
         if !urgent && bt.free_count() >= low_watermark(inner) {
             return Ok(GcOutcome::NoVictim);
         }
+        // GC may use every free band (its class keeps no reserve), but never
+        // start a pass whose moves would not fit: with no room its moves would
+        // stall and the band could not be freed anyway.
+        let room = bt.free_count() as u64 * payload
+            + inner.admission_cursor(&ws).band_left * inner.layout.seg;
         let mut best: Option<(u64, u64, u32)> = None;
         for (i, b) in bt.bands.iter().enumerate() {
             if b.state != BandState::Sealed || b.inflight > 0 {
@@ -198,8 +204,9 @@ pub(crate) fn gc_pass(inner: &Inner, urgent: bool) -> Result<GcOutcome> {
             }
             // What moving the band's live records costs against the band it frees:
             // a band whose records would fill a whole band again gains nothing.
-            let dead = payload.saturating_sub(inner.band_cost(i));
-            if dead < min_gain(inner) {
+            let cost = inner.band_cost(i);
+            let dead = payload.saturating_sub(cost);
+            if dead < min_gain(inner) || cost > room {
                 continue;
             }
             let better = match best {
@@ -235,6 +242,12 @@ pub(crate) fn gc_pass(inner: &Inner, urgent: bool) -> Result<GcOutcome> {
                 free: Some(w.clone()),
             })?;
             w.wait()?;
+            tracing::info!(
+                band = victim,
+                moved_bytes = moved,
+                reclaimed = payload as i64 - moved as i64,
+                "GC pass freed a band"
+            );
             inner.c.gc_runs.fetch_add(1, Relaxed);
             inner.c.gc_bands_freed.fetch_add(1, Relaxed);
             Ok(GcOutcome::Freed {
@@ -268,105 +281,185 @@ fn min_seq_elsewhere(inner: &Inner, victim: u32) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// Move every live record out of `band`. Returns false if a live record could not
-/// be read (the band is then kept so nothing is lost silently).
+/// Move every live record out of `band`. Returns false if a live record could
+/// not be read: the band is then pinned (never reclaimed), so nothing is lost
+/// silently and the database stays up.
 fn relocate_band(inner: &Inner, band: u32) -> Result<bool> {
-    let written = inner.bands.lock().bands[band as usize].written_slots;
+    let (written, first_seq) = {
+        let bt = inner.bands.lock();
+        let b = &bt.bands[band as usize];
+        (b.written_slots, b.first_seq)
+    };
     let first = inner.layout.first_slot(band);
-    let (dev_i, band_off) = inner.layout.band_addr(band);
-    let dev = &inner.pool.caps[dev_i];
-    let seg = inner.layout.seg as usize;
-    let hdr = inner.layout.geo.band_header_size as u64;
-    let min_other = min_seq_elsewhere(inner, band);
-    let mut intact = true;
-    let mut moves: Vec<PRec> = Vec::new();
-    let mut move_bytes = 0usize;
-    let chunk_slots = ((4usize << 20) / seg).max(1) as u64;
-    let mut slot_i = 0u64;
-    let mut chunk = AlignedBuf::new(0);
-    let mut chunk_start = u64::MAX;
-    let mut chunk_len = 0u64;
-    while slot_i < written {
-        // Read the band in 4 MiB chunks; a multi-slot segment may extend a chunk.
-        if slot_i < chunk_start || slot_i >= chunk_start + chunk_len {
-            let n = chunk_slots.min(written - slot_i);
-            chunk = AlignedBuf::new(n as usize * seg);
-            dev.read_at(&mut chunk, band_off + hdr + slot_i * seg as u64)
-                .map_err(|e| Error::io(&dev.info().path, "GC reading a band", e))?;
-            inner.c.gc_bytes_read.fetch_add(chunk.len() as u64, Relaxed);
-            chunk_start = slot_i;
-            chunk_len = n;
-        }
-        let rel = ((slot_i - chunk_start) as usize) * seg;
-        let Some(sh) = SegmentHeader::decode(&chunk[rel..]) else {
-            slot_i += 1;
-            continue;
-        };
-        let k = (sh.nslots.max(1)) as u64;
-        // A multi-slot segment running past the chunk is read whole on its own.
-        let big: AlignedBuf;
-        let segdata: &[u8] = if slot_i + k <= chunk_start + chunk_len {
-            &chunk[rel..rel + k as usize * seg]
-        } else {
-            let mut b = AlignedBuf::new(k as usize * seg);
-            dev.read_at(&mut b, band_off + hdr + slot_i * seg as u64)
-                .map_err(|e| Error::io(&dev.info().path, "GC reading a segment", e))?;
-            big = b;
-            &big
-        };
-        let slot = first + slot_i;
-        let (entries, _, _) = crate::recovery::segment_entries(segdata, &sh, inner.tag);
-        for e in entries {
-            let loc = Loc::new(slot, e.offset, e.len, e.tombstone);
-            if inner.index.get(e.digest) != Some(loc.0) {
-                continue;
-            }
-            let off = e.offset as usize;
-            let end = off + e.len as usize;
-            let rec = match segdata.get(off..end).map(decode_record) {
-                Some(Ok(_)) => &segdata[off..end],
-                _ => {
-                    inner.c.corruptions.fetch_add(1, Relaxed);
-                    intact = false;
-                    continue;
-                }
-            };
-            if e.tombstone && e.seq < min_other {
-                if inner.index.remove_if(e.digest, loc.0) {
-                    inner.sub_live(loc);
-                    inner.c.gc_tombstones_dropped.fetch_add(1, Relaxed);
-                }
-                continue;
-            }
-            // Strip the group flag: a moved record stands alone.
-            let mut bytes = rec.to_vec();
-            if bytes[18] & REC_MORE != 0 {
-                bytes[18] &= !REC_MORE;
-            }
-            move_bytes += round_up(bytes.len(), 8);
-            moves.push(PRec {
-                digest: e.digest,
-                bytes,
-                kind: Kind::Relocate(loc),
-            });
-            if move_bytes >= inner.max_group_bytes() / 2 {
-                submit_moves(inner, &mut moves)?;
-                move_bytes = 0;
+    let mut mv = Mover::new(inner, min_seq_elsewhere(inner, band));
+    let dig = |k: &[u8]| inner.digest(k);
+    let mut sc = BandScanner::new(
+        &inner.layout,
+        &inner.pool.caps,
+        inner.tag,
+        band,
+        first_seq,
+        &dig,
+    );
+    let end = sc.scan(0, written, false, &mut |f| {
+        if let Found::Segment(s) = f {
+            for e in &s.entries {
+                let rec = s.data.get(e.offset as usize..(e.offset + e.len) as usize);
+                mv.consider(first + s.slot, e, rec)?;
             }
         }
-        slot_i += k;
+        Ok(())
+    })?;
+    inner.c.gc_bytes_read.fetch_add(end.bytes_read, Relaxed);
+    if inner.pad.is_none() {
+        straddling_start(inner, first_seq, &mut mv)?;
     }
-    submit_moves(inner, &mut moves)?;
-    if !intact {
+    mv.flush()?;
+    let left = inner.band_live[band as usize].load(Relaxed);
+    if !mv.intact || left != 0 {
+        inner.c.corruptions.fetch_add(1, Relaxed);
+        inner.warn(format!(
+            "GC: band {band} holds live records it could not read ({left} live bytes left); \
+             the band is pinned and will not be reclaimed"
+        ));
         return Ok(false);
     }
-    let left = inner.band_live[band as usize].load(Relaxed);
-    if left != 0 {
-        return Err(Error::Corruption(format!(
-            "GC: band {band} still has {left} live bytes after moving everything it holds"
-        )));
-    }
     Ok(true)
+}
+
+/// Collects GC moves and submits them in groups.
+struct Mover<'a> {
+    inner: &'a Inner,
+    /// Oldest record seq any other band may hold: tombstones older than it
+    /// shadow nothing and are dropped instead of moved.
+    min_other: u64,
+    moves: Vec<PRec>,
+    bytes: usize,
+    /// False once a live record could not be read.
+    intact: bool,
+}
+
+impl<'a> Mover<'a> {
+    fn new(inner: &'a Inner, min_other: u64) -> Mover<'a> {
+        Mover {
+            inner,
+            min_other,
+            moves: Vec::new(),
+            bytes: 0,
+            intact: true,
+        }
+    }
+
+    /// Move the record of entry `e` of the segment in `slot` (`rec`: its bytes
+    /// as read) if the index still points at it.
+    fn consider(&mut self, slot: u64, e: &SummaryEntry, rec: Option<&[u8]>) -> Result<()> {
+        let inner = self.inner;
+        let loc = Loc::new(slot, e.offset, e.len, e.tombstone);
+        if inner.index.get(e.digest) != Some(loc.0) {
+            return Ok(());
+        }
+        let Some(rec) = rec.filter(|r| decode_record(r).is_ok()) else {
+            tracing::warn!(
+                slot,
+                offset = e.offset,
+                "GC found a corrupt record; its band is kept"
+            );
+            inner.c.corruptions.fetch_add(1, Relaxed);
+            self.intact = false;
+            return Ok(());
+        };
+        if e.tombstone && e.seq < self.min_other {
+            if inner.index.remove_if(e.digest, loc.0) {
+                inner.sub_live(loc);
+                inner.c.gc_tombstones_dropped.fetch_add(1, Relaxed);
+            }
+            return Ok(());
+        }
+        // Strip the group flag: a moved record stands alone.
+        let mut bytes = rec.to_vec();
+        bytes[REC_FLAGS_AT] &= !REC_MORE;
+        self.bytes += round_up(bytes.len(), 8);
+        self.moves.push(PRec {
+            digest: e.digest,
+            bytes,
+            kind: Kind::Relocate(loc),
+        });
+        if self.bytes >= inner.max_group_bytes() / 2 {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.bytes = 0;
+        submit_moves(self.inner, &mut self.moves)
+    }
+}
+
+/// Capacity-only / scm-only: the band starting at segment `first_seq` is about
+/// to be freed. If an atomic group begins in the segment before it (in another
+/// band) and ends in this one, recovery would find the group's start without
+/// its end and drop it (see recovery.rs `Replay`), so first move the start's
+/// still-live records: moved records stand alone.
+fn straddling_start(inner: &Inner, first_seq: u64, mv: &mut Mover<'_>) -> Result<()> {
+    let Some(prev_seq) = first_seq.checked_sub(1) else {
+        return Ok(());
+    };
+    // The band the previous segment went to: the newest in use that began before.
+    let prev = {
+        let bt = inner.bands.lock();
+        bt.bands
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.state != BandState::Free && b.first_seq < first_seq)
+            .max_by_key(|(_, b)| b.first_seq)
+            .map(|(i, b)| (i as u32, b.first_seq, b.written_slots))
+    };
+    let Some((band, band_first, written)) = prev else {
+        return Ok(());
+    };
+    let dig = |k: &[u8]| inner.digest(k);
+    let mut sc = BandScanner::new(
+        &inner.layout,
+        &inner.pool.caps,
+        inner.tag,
+        band,
+        band_first,
+        &dig,
+    );
+    // Usually the band's last segment ends with a whole group: one segment read.
+    match sc.last_segment(written)? {
+        Some((seq, more)) if seq != prev_seq || !more => return Ok(()),
+        _ => {}
+    }
+    // Members of the group still open at the end of the band: consecutive seqs,
+    // each but the last carrying MORE (the last one found carries MORE too).
+    let first = inner.layout.first_slot(band);
+    let mut run: Vec<(u64, SummaryEntry, Option<Vec<u8>>)> = Vec::new();
+    let mut last_seg = 0u64;
+    sc.scan(0, written, false, &mut |f| {
+        if let Found::Segment(s) = f {
+            last_seg = s.seq;
+            for e in &s.entries {
+                if !run
+                    .last()
+                    .is_some_and(|(_, p, _)| p.more && p.seq + 1 == e.seq)
+                {
+                    run.clear();
+                }
+                let rec = s.data.get(e.offset as usize..(e.offset + e.len) as usize);
+                run.push((first + s.slot, *e, rec.map(<[u8]>::to_vec)));
+            }
+        }
+        Ok(())
+    })?;
+    if last_seg != prev_seq || !run.last().is_some_and(|(_, e, _)| e.more) {
+        return Ok(());
+    }
+    for (slot, e, rec) in &run {
+        mv.consider(*slot, e, rec.as_deref())?;
+    }
+    Ok(())
 }
 
 fn submit_moves(inner: &Inner, moves: &mut Vec<PRec>) -> Result<()> {

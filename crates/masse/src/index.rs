@@ -95,10 +95,58 @@ use parking_lot::RwLock;
 /// A key's identity in the index: `xxh3_128(key)`.
 pub type Digest = u128;
 
-/// The digest of `key`: XXH3-128 (seed 0), stable across platforms and versions.
+/// The digest of `key` as pools of format version 1 compute it: unkeyed
+/// XXH3-128 (seed 0), stable across platforms and versions. Anyone who knows it
+/// can search for keys that collide (for 16-byte keys they can even be
+/// computed directly); pools of format version 2 use [`KeyDigest::Keyed`].
 #[inline]
 pub fn digest(key: &[u8]) -> Digest {
     xxhash_rust::xxh3::xxh3_128(key)
+}
+
+/// How a pool turns keys into [`Digest`]s: chosen at create and recorded in
+/// the superblock.
+///
+/// The index tells keys apart by `64 + log2(shards)` bits of the digest alone,
+/// and a put or delete whose digest matches an existing entry replaces it. If
+/// whoever chooses keys (a network client, a file name) could compute digests,
+/// they could search offline for a key that replaces another key. With a
+/// secret per-pool key for a pseudo-random function they cannot: each guess
+/// needs a write to the pool and succeeds with probability `n / 2^(64 + log2
+/// shards)` for a pool of `n` keys (5e-15 at 10^8 keys).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum KeyDigest {
+    /// Format version 1: [`digest`], unkeyed.
+    Xxh3,
+    /// Format version 2: SipHash-2-4 with 128-bit output, keyed with the pool's
+    /// secret (16 random bytes, kept in the superblock, never shown).
+    Keyed([u8; 16]),
+}
+
+impl KeyDigest {
+    /// The digest of `key` in this pool.
+    #[inline]
+    pub fn digest(&self, key: &[u8]) -> Digest {
+        use std::hash::Hasher;
+        match self {
+            KeyDigest::Xxh3 => digest(key),
+            KeyDigest::Keyed(k) => {
+                let mut h = siphasher::sip128::SipHasher24::new_with_key(k);
+                h.write(key);
+                siphasher::sip128::Hasher128::finish128(&h).into()
+            }
+        }
+    }
+}
+
+impl fmt::Debug for KeyDigest {
+    // Never print the secret.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyDigest::Xxh3 => f.write_str("Xxh3"),
+            KeyDigest::Keyed(_) => f.write_str("Keyed(..)"),
+        }
+    }
 }
 
 /// Default number of shards of [`Index::new`] and [`Index::with_capacity`].
@@ -730,6 +778,48 @@ impl Index {
                 if e[0] != 0 {
                     f(e[1]);
                 }
+            }
+        }
+    }
+
+    /// Calls `f(fingerprint, location)` for the entries of shard `shard` whose
+    /// [`fingerprint`] is at least `from`, in increasing fingerprint order, under
+    /// the shard's read lock, until `f` returns `false`.
+    ///
+    /// An entry's place in this order — (shard, fingerprint) — depends on its
+    /// digest only, not on the table's capacity or on other entries, so a scan
+    /// resumed from a fingerprint across calls (and across growth, inserts and
+    /// removals in between) visits every entry present throughout exactly once.
+    pub fn scan_shard(&self, shard: usize, from: u64, mut f: impl FnMut(u64, u64) -> bool) {
+        let Some(p) = self.shards.get(shard) else {
+            return;
+        };
+        let s = p.0.read();
+        let t = &s.table;
+        let cap = t.len();
+        if cap == 0 {
+            return;
+        }
+        // Slot order is fingerprint order, except for a cluster that wraps past
+        // the end: its entries sit at the start and are the largest (`rebuild`).
+        let wrapped = t
+            .iter()
+            .enumerate()
+            .take_while(|(pos, e)| e[0] != 0 && *pos < home(e[0], cap))
+            .count();
+        let start = match probe(t, from.max(1)) {
+            Probe::Found(p) | Probe::Vacant(p) => p,
+        };
+        // `start` as a rank in fingerprint order: t[wrapped..] then t[..wrapped].
+        let first = if start >= wrapped {
+            start - wrapped
+        } else {
+            cap - wrapped + start
+        };
+        for rank in first..cap {
+            let e = t[(rank + wrapped) % cap];
+            if e[0] != 0 && e[0] >= from && !f(e[0], e[1]) {
+                return;
             }
         }
     }

@@ -135,6 +135,40 @@ impl Layout {
     }
 }
 
+/// The pool's address math for tools that read or damage blocks directly
+/// (the metadata damage harness in `masse-stress`, inspectors): the engine's own
+/// [`Layout`] functions, so no tool re-derives the format (docs/format.md §2.4).
+/// Each returns `None` for a geometry that does not describe a valid layout
+/// or for a band or slot outside the pool.
+impl Geometry {
+    /// Bands in the pool, over all capacity devices (numbered globally).
+    pub fn bands(&self) -> u32 {
+        self.bands_per_device.iter().sum()
+    }
+
+    /// Slots (segment positions) in each band; 0 for an invalid geometry.
+    pub fn slots_per_band(&self) -> u64 {
+        (self.band_size.saturating_sub(self.band_header_size as u64))
+            .checked_div(self.segment_size as u64)
+            .unwrap_or(0)
+    }
+
+    /// Where band `band` starts, i.e. its header block: (capacity device
+    /// index, byte offset on that device).
+    pub fn band_addr(&self, band: u32) -> Option<(usize, u64)> {
+        (band < self.bands() && self.slots_per_band() > 0)
+            .then(|| Layout::new(self.clone()).band_addr(band))
+    }
+
+    /// Where global slot `slot` (`band · slots_per_band + slot in band`)
+    /// starts: (capacity device index, byte offset on that device).
+    pub fn slot_addr(&self, slot: u64) -> Option<(usize, u64)> {
+        let spb = self.slots_per_band();
+        (spb > 0 && slot < self.bands() as u64 * spb)
+            .then(|| Layout::new(self.clone()).slot_addr(slot))
+    }
+}
+
 /// The write position as far as space is concerned: what `Inner::place` does
 /// to it, record by record, without the buffers. Space admission runs records
 /// through a copy to learn how many free bands they would really take.
@@ -213,5 +247,19 @@ mod tests {
         assert_eq!(l.band_addr(3), (1, 1 << 20));
         assert_eq!(l.slot_addr(16), (0, (2 << 20) + 4096 + 65536));
         assert_eq!(l.band_of_slot(16), 1);
+        // The public address math is the same.
+        let geo = &l.geo;
+        assert_eq!(geo.bands(), 5);
+        assert_eq!(geo.slots_per_band(), 15);
+        assert_eq!(geo.band_addr(3), Some((1, 1 << 20)));
+        assert_eq!(geo.slot_addr(16), Some((0, (2 << 20) + 4096 + 65536)));
+        assert_eq!(geo.band_addr(5), None);
+        assert_eq!(geo.slot_addr(75), None);
+        let broken = Geometry {
+            segment_size: 0,
+            ..geo.clone()
+        };
+        assert_eq!(broken.slots_per_band(), 0);
+        assert_eq!(broken.slot_addr(0), None);
     }
 }

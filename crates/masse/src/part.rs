@@ -11,7 +11,6 @@
 use crate::device::{round_down64, round_up64, AlignedBuf};
 use crate::error::{Error, Result};
 use crate::format::{Loc, MAX_KEY_LEN, RECORD_HEADER};
-use crate::index::digest;
 use crate::stats::Op;
 use crate::Db;
 use std::ops::Range;
@@ -91,7 +90,8 @@ impl Db {
         self.read_cands(&mut cands)?;
         for c in cands {
             let (key, _) = &parts[c.i];
-            let same = inner.index.get(digest(key)) == Some(c.loc) && !inner.inplace_raced(gen);
+            let same =
+                inner.index.get(inner.digest(key)) == Some(c.loc) && !inner.inplace_raced(gen);
             if same && check(c.i, &c.buf) {
                 out[c.i] = Some(c.buf);
             } else {
@@ -118,7 +118,7 @@ impl Db {
     /// (a read to issue), or only readable whole (an empty range: nothing to check).
     fn locate_part(&self, i: usize, key: &[u8], range: &Range<usize>) -> Located {
         let inner = &self.inner;
-        let Some(l) = inner.index.get(digest(key)) else {
+        let Some(l) = inner.index.get(inner.digest(key)) else {
             return Located::Absent;
         };
         let loc = Loc(l);

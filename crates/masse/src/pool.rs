@@ -3,9 +3,16 @@
 //! `create` refuses devices that already hold a pool; `open` refuses foreign,
 //! mismatched, missing or newer-format devices. Neither formats anything the
 //! caller did not ask for.
+//!
+//! Both claim every device before reading or writing it (one pool, one
+//! process: see `device::claim`) and recognise a device given twice by its
+//! identity, not its path.
 
-use crate::config::PoolConfig;
-use crate::device::{round_down64, round_up64, AlignedBuf, Device, Media};
+use crate::config::{DeviceSpec, PoolConfig};
+use crate::device::{
+    missing_device_note, round_down64, round_up64, AlignedBuf, ClaimError, Device, DeviceClaim,
+    Media,
+};
 use crate::error::{Error, Result};
 use crate::format::*;
 use std::sync::Arc;
@@ -14,8 +21,15 @@ use std::sync::Arc;
 pub(crate) struct Pool {
     pub pool_id: u128,
     pub geo: Geometry,
+    /// How keys are digested (format version 2: keyed with a per-pool secret).
+    pub key_digest: crate::index::KeyDigest,
     pub fast: Option<Arc<dyn Device>>,
     pub caps: Vec<Arc<dyn Device>>,
+    /// What the user should know about the devices (a volatile one).
+    pub warnings: Vec<String>,
+    /// The exclusive claims on every device; dropping the pool (a clean close
+    /// or a crash-like drop of the `Db`) releases them.
+    _claims: Vec<DeviceClaim>,
 }
 
 impl Pool {
@@ -34,6 +48,112 @@ impl Pool {
 
 fn dev_name(d: &Arc<dyn Device>) -> String {
     d.info().path.clone()
+}
+
+/// A pool's devices, opened, told apart and claimed.
+struct Devices {
+    fast: Option<Arc<dyn Device>>,
+    caps: Vec<Arc<dyn Device>>,
+    claims: Vec<DeviceClaim>,
+}
+
+/// Open one device. At `open` a missing one is a [`Error::MissingDevice`]
+/// that says when it was on a memory filesystem (gone after a reboot).
+fn open_spec(
+    cfg: &PoolConfig,
+    spec: &DeviceSpec,
+    role: &str,
+    at_open: bool,
+) -> Result<Arc<dyn Device>> {
+    match (spec.open(&cfg.io), spec) {
+        (Err(Error::Io { source, .. }), DeviceSpec::Path { path, .. })
+            if at_open && source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            let note = missing_device_note(path).map_or(String::new(), |n| format!("; {n}"));
+            Err(Error::MissingDevice(format!(
+                "{role} device {} does not exist{note}",
+                path.display()
+            )))
+        }
+        (r, _) => r,
+    }
+}
+
+/// Open every device of `cfg` (the fast one first), refuse one storage given
+/// twice under two names, then claim each device for this pool.
+fn open_devices(cfg: &PoolConfig, at_open: bool) -> Result<Devices> {
+    let fast = match &cfg.fast {
+        Some(s) => Some(open_spec(cfg, s, "fast-tier", at_open)?),
+        None => None,
+    };
+    let caps = cfg
+        .capacity
+        .iter()
+        .map(|s| open_spec(cfg, s, "capacity", at_open))
+        .collect::<Result<Vec<_>>>()?;
+    let all: Vec<&Arc<dyn Device>> = fast.iter().chain(caps.iter()).collect();
+    for (i, a) in all.iter().enumerate() {
+        if let Some(b) = all[..i]
+            .iter()
+            .find(|b| b.info().identity == a.info().identity)
+        {
+            let (pa, pb) = (&b.info().path, &a.info().path);
+            let same = if pa == pb {
+                format!("{pa} was given twice")
+            } else {
+                format!("{pa} and {pb} are the same device ({})", a.info().identity)
+            };
+            return Err(Error::InvalidConfig(format!(
+                "{same}; every device of a pool must be a different one"
+            )));
+        }
+    }
+    // Claimed before anything is read: a device in use is neither formatted
+    // nor recovered from, its holder may be writing it.
+    let claims = all
+        .iter()
+        .map(|d| {
+            d.claim().map_err(|e| match e {
+                ClaimError::Busy { holder } => Error::Busy {
+                    path: dev_name(d),
+                    holder,
+                },
+                ClaimError::Io(e) => Error::io(&dev_name(d), "claiming the device", e),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Devices { fast, caps, claims })
+}
+
+/// Warnings about devices whose contents do not survive a reboot.
+fn volatile_warnings(fast: Option<&Arc<dyn Device>>, caps: &[Arc<dyn Device>]) -> Vec<String> {
+    let mut w = Vec::new();
+    if let Some(f) = fast.filter(|f| f.info().volatile) {
+        w.push(format!(
+            "the fast tier {} is on tmpfs/ramfs (memory): it holds the newest acknowledged \
+             writes (the write pad) and the index checkpoints, and does not survive a reboot \
+             or power loss, after which the pool cannot be opened. Fine for trying masse out \
+             and for tests; for data that must last use persistent SCM-class storage",
+            f.info().path
+        ));
+    }
+    for c in caps.iter().filter(|c| c.info().volatile) {
+        w.push(format!(
+            "the capacity device {} is on tmpfs/ramfs (memory): its contents are lost at a \
+             reboot or power loss",
+            c.info().path
+        ));
+    }
+    w
+}
+
+impl crate::Db {
+    /// What the caller should know about the pool's devices, e.g. that one is
+    /// on tmpfs and does not survive a reboot. `masse create` and `masse demo`
+    /// print these; a library user should show them too.
+    pub fn pool_warnings(&self) -> &[String] {
+        &self.inner.pool.warnings
+    }
 }
 
 pub(crate) fn read_block(
@@ -115,15 +235,7 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
             "at most 16 capacity devices are supported".into(),
         ));
     }
-    let fast = match &cfg.fast {
-        Some(s) => Some(s.open(&cfg.io)?),
-        None => None,
-    };
-    let caps = cfg
-        .capacity
-        .iter()
-        .map(|s| s.open(&cfg.io))
-        .collect::<Result<Vec<_>>>()?;
+    let Devices { fast, caps, claims } = open_devices(cfg, false)?;
     for d in fast.iter().chain(caps.iter()) {
         match probe(d)? {
             SuperblockProbe::Found(sb) if !force => {
@@ -141,21 +253,6 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
             }
             _ => {}
         }
-    }
-    // The same file twice would be formatted twice and corrupt itself.
-    let mut paths: Vec<&str> = fast
-        .iter()
-        .chain(caps.iter())
-        .map(|d| d.info().path.as_str())
-        .collect();
-    paths.sort_unstable();
-    if paths
-        .windows(2)
-        .any(|w| w[0] == w[1] && !w[0].starts_with("mem:") && !w[0].starts_with("sim:"))
-    {
-        return Err(Error::InvalidConfig(
-            "the same device was given twice".into(),
-        ));
     }
 
     let cap_media = cfg.capacity_media.unwrap_or(caps[0].info().media);
@@ -327,8 +424,11 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
     let pool = Pool {
         pool_id,
         geo,
+        key_digest: crate::index::KeyDigest::Keyed(random_id().to_le_bytes()),
+        warnings: volatile_warnings(fast.as_ref(), &caps),
         fast,
         caps,
+        _claims: claims,
     };
     format(&pool, cap_media)?;
     Ok(pool)
@@ -407,6 +507,7 @@ fn format(pool: &Pool, cap_media: Media) -> Result<()> {
             media: media.code(),
             created_unix: created,
             geometry: g.clone(),
+            key_digest: pool.key_digest,
         };
         let b = sb.encode();
         write_block(dev, 0, &b, "writing the superblock")?;
@@ -416,48 +517,59 @@ fn format(pool: &Pool, cap_media: Media) -> Result<()> {
     Ok(())
 }
 
+/// The superblock of a device given to `open` as the fast tier (`is_fast`) or
+/// a capacity device: it must be a masse device of a format we read, in that
+/// role, at least as large as when the pool was created.
+fn member_superblock(dev: &Arc<dyn Device>, is_fast: bool) -> Result<Superblock> {
+    let path = dev.info().path.clone();
+    let sb = match probe(dev)? {
+        SuperblockProbe::Found(sb) => sb,
+        SuperblockProbe::NotMasse(why) if dev.info().volatile => {
+            let why = format!(
+                "{why}; it is on tmpfs/ramfs, whose contents do not survive a reboot: \
+                 if the machine restarted, the pool's data on it is gone"
+            );
+            return Err(Error::NotMasse { path, why });
+        }
+        SuperblockProbe::NotMasse(why) => return Err(Error::NotMasse { path, why }),
+        SuperblockProbe::TooNew(v) => {
+            return Err(Error::FormatTooNew {
+                path,
+                found: v,
+                supported: FORMAT_VERSION,
+            })
+        }
+    };
+    let role_ok = matches!(
+        (is_fast, sb.role),
+        (true, Role::Fast) | (false, Role::Capacity)
+    );
+    if !role_ok {
+        return Err(Error::Mismatch(format!(
+            "{path} is a {:?}-tier device of its pool but was given as {}",
+            sb.role,
+            if is_fast { "--fast" } else { "--capacity" }
+        )));
+    }
+    if dev.info().capacity < sb.device_capacity {
+        return Err(Error::Mismatch(format!(
+            "{path} is {} bytes but the pool was created on {} bytes",
+            dev.info().capacity,
+            sb.device_capacity
+        )));
+    }
+    Ok(sb)
+}
+
 /// Open the devices named in `cfg` and check that they form one complete pool.
 pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
+    let Devices { fast, caps, claims } = open_devices(cfg, true)?;
+    let warnings = volatile_warnings(fast.as_ref(), &caps);
+    let want_fast = fast.is_some();
     let mut found: Vec<(Arc<dyn Device>, Superblock)> = Vec::new();
-    let specs = cfg
-        .fast
-        .iter()
-        .map(|s| (true, s))
-        .chain(cfg.capacity.iter().map(|s| (false, s)));
-    let mut want_fast = false;
-    for (is_fast, spec) in specs {
-        want_fast |= is_fast;
-        let dev = spec.open(&cfg.io)?;
-        let path = dev.info().path.clone();
-        let sb = match probe(&dev)? {
-            SuperblockProbe::Found(sb) => sb,
-            SuperblockProbe::NotMasse(why) => return Err(Error::NotMasse { path, why }),
-            SuperblockProbe::TooNew(v) => {
-                return Err(Error::FormatTooNew {
-                    path,
-                    found: v,
-                    supported: FORMAT_VERSION,
-                })
-            }
-        };
-        let role_ok = matches!(
-            (is_fast, sb.role),
-            (true, Role::Fast) | (false, Role::Capacity)
-        );
-        if !role_ok {
-            return Err(Error::Mismatch(format!(
-                "{path} is a {:?}-tier device of its pool but was given as {}",
-                sb.role,
-                if is_fast { "--fast" } else { "--capacity" }
-            )));
-        }
-        if dev.info().capacity < sb.device_capacity {
-            return Err(Error::Mismatch(format!(
-                "{path} is {} bytes but the pool was created on {} bytes",
-                dev.info().capacity,
-                sb.device_capacity
-            )));
-        }
+    let given = fast.into_iter().map(|d| (true, d));
+    for (is_fast, dev) in given.chain(caps.into_iter().map(|d| (false, d))) {
+        let sb = member_superblock(&dev, is_fast)?;
         found.push((dev, sb));
     }
     let Some((_, first)) = found.first() else {
@@ -474,13 +586,15 @@ pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
                 pool_id
             )));
         }
-        if sb.geometry != geo {
+        if sb.geometry != geo || sb.key_digest != first.key_digest {
             return Err(Error::Mismatch(format!(
                 "{} disagrees about the pool geometry",
                 d.info().path
             )));
         }
+        check_fits(d, sb)?;
     }
+    let key_digest = first.key_digest;
     if geo.has_fast && !want_fast {
         return Err(Error::MissingDevice(
             "this pool has a fast-tier device; give it with --fast".into(),
@@ -521,26 +635,61 @@ pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
     Ok(Pool {
         pool_id,
         geo,
+        key_digest,
         fast,
         caps,
+        warnings,
+        _claims: claims,
     })
 }
 
+/// The regions the superblock places on device `d` must lie on it.
+fn check_fits(d: &Arc<dyn Device>, sb: &Superblock) -> Result<()> {
+    let g = &sb.geometry;
+    let need = match sb.role {
+        Role::Fast => g
+            .ckpt_offset
+            .checked_add(g.ckpt_slot_size.saturating_mul(2)),
+        Role::Capacity => g.capacity_used(sb.device_index as usize),
+    };
+    match need {
+        Some(n) if n <= d.info().capacity => Ok(()),
+        _ => Err(Error::NotMasse {
+            path: d.info().path.clone(),
+            why: "malformed superblock: its geometry does not fit the device".into(),
+        }),
+    }
+}
+
+/// The newest valid epoch block.
+pub(crate) struct EpochRead {
+    pub block: EpochBlock,
+    /// False when the other copy is damaged (not merely blank): it may have held
+    /// a newer epoch.
+    pub both_copies: bool,
+}
+
 /// Read the newest valid epoch block.
-pub(crate) fn read_epoch(pool: &Pool) -> Result<EpochBlock> {
+pub(crate) fn read_epoch(pool: &Pool) -> Result<EpochRead> {
     let b = read_block(
         pool.meta(),
         EPOCH_OFFSET,
         EPOCH_AREA as usize,
         "reading the epoch",
     )?;
-    let a = EpochBlock::decode(&b[..4096]).filter(|e| e.pool_tag == pool.pool_tag());
-    let c = EpochBlock::decode(&b[4096..]).filter(|e| e.pool_tag == pool.pool_tag());
-    match (a, c) {
-        (Some(x), Some(y)) => Ok(if x.epoch >= y.epoch { x } else { y }),
-        (Some(x), None) | (None, Some(x)) => Ok(x),
-        (None, None) => Err(Error::Corruption("both epoch blocks are damaged".into())),
-    }
+    let halves = [&b[..4096], &b[4096..]];
+    let [a, c] = halves.map(|h| EpochBlock::decode(h).filter(|e| e.pool_tag == pool.pool_tag()));
+    let blank = |h: &[u8]| h.iter().all(|&x| x == 0);
+    let (block, other_ok) = match (a, c) {
+        (Some(x), Some(y)) => (if x.epoch >= y.epoch { x } else { y }, true),
+        (Some(x), None) => (x, blank(halves[1])),
+        (None, Some(x)) => (x, blank(halves[0])),
+        (None, None) => return Err(Error::Corruption("both epoch blocks are damaged".into())),
+    };
+    Ok(EpochRead {
+        block,
+        both_copies: other_ok,
+    })
 }
 
 /// Durably record `e`, in the copy the previous epoch did not use.

@@ -10,83 +10,22 @@
 //! Without a usable checkpoint the same code replays every segment.
 
 use crate::db::{BandState, Inner, Kind, OpenSeg, PRec, SegBuf};
-use crate::device::{round_up, round_up64, AlignedBuf};
+use crate::device::{round_up, AlignedBuf};
 use crate::error::{Error, Result};
 use crate::format::*;
-use crate::index::{digest, fingerprint, Digest};
+use crate::index::{fingerprint, Digest};
+use crate::pad::PadReader;
+use crate::scan::{BandScanner, Found, Source};
 use parking_lot::RwLock;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 use std::time::Instant;
 use xxhash_rust::xxh3::Xxh3;
 
-/// Parse the records of a segment without a (valid) footer: records are
-/// self-checking and carry the segment's tag, so stale bytes from an earlier use
-/// of the slot are never taken for records. Returns the entries and the end of
-/// the last record.
-/// Sequence numbers skipped at every open (see the group rule in the scan).
+/// Sequence numbers skipped at every open, so no record of a new run follows on
+/// from a group of the last run that a crash cut short (groups are told apart
+/// by consecutive seqs, see [`Replay`]).
 const SEQ_GAP_AT_OPEN: u64 = 1 << 20;
-
-pub(crate) fn parse_partial(seg: &[u8], sh: &SegmentHeader) -> (Vec<SummaryEntry>, usize) {
-    let mut out = Vec::new();
-    let mut off = SEG_HEADER;
-    let mut end = SEG_HEADER;
-    let tag = seg_tag(sh.segment_seq);
-    let try_at = |o: usize| -> Option<(RecordHeader, Digest, usize)> {
-        let (h, k, _) = decode_record(seg.get(o..)?).ok()?;
-        (h.seg_tag == tag).then(|| (h, digest(k), h.total_len()))
-    };
-    while off + RECORD_HEADER <= seg.len() {
-        let found = try_at(off).map(|r| (off, r)).or_else(|| {
-            // Placement skips to the next 4 KiB page only over a short gap (the
-            // straddle rule); a longer gap is not the writer's and ends the parse.
-            let a = round_up(off, 4096);
-            if a != off && a - off <= crate::db::MAX_STRADDLE_PAD && a + RECORD_HEADER <= seg.len()
-            {
-                try_at(a).map(|r| (a, r))
-            } else {
-                None
-            }
-        });
-        let Some((o, (h, d, len))) = found else { break };
-        out.push(SummaryEntry {
-            digest: d,
-            seq: h.seq,
-            offset: o as u32,
-            len: len as u32,
-            tombstone: h.flags & REC_TOMBSTONE != 0,
-            more: h.flags & REC_MORE != 0,
-        });
-        end = o + round_up(len, 8);
-        off = end;
-    }
-    (out, end)
-}
-
-/// The records of one whole segment: from its summary when the footer and summary
-/// are valid, else by parsing the records themselves (a partly written segment,
-/// or a damaged summary). Returns the entries, the end of the record area, and
-/// whether the records had to be parsed.
-pub(crate) fn segment_entries(
-    seg: &[u8],
-    sh: &SegmentHeader,
-    pool_tag: u64,
-) -> (Vec<SummaryEntry>, usize, bool) {
-    let summary = decode_footer(seg)
-        .filter(|f| f.segment_seq == sh.segment_seq && f.pool_tag == pool_tag)
-        .and_then(|f| {
-            decode_summary(seg, &f)
-                .ok()
-                .map(|e| (e, f.data_len as usize))
-        });
-    match summary {
-        Some((e, used)) => (e, used, false),
-        None => {
-            let (e, used) = parse_partial(seg, sh);
-            (e, used, true)
-        }
-    }
-}
 
 struct BandPlan {
     band: u32,
@@ -94,25 +33,19 @@ struct BandPlan {
     start_slot: u64,
 }
 
+/// What the band headers say: per band, the first segment seq of the incarnation
+/// in use (`None` = free), and whether it had to be inferred (then it is pinned).
+struct BandHeaders {
+    first: Vec<Option<u64>>,
+    inferred: Vec<bool>,
+}
+
 /// Rebuild the index, band table and write state. Returns the pad groups to re-apply.
 pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
     let t0 = Instant::now();
     let l = &inner.layout;
-    let nb = l.bands as usize;
-
     // 1. Band headers say which bands are in use and which incarnation they hold.
-    let mut hdr_first: Vec<Option<u64>> = vec![None; nb];
-    for b in 0..l.bands {
-        let (dev, off) = l.band_addr(b);
-        let blk =
-            crate::pool::read_block(&inner.pool.caps[dev], off, 4096, "reading band headers")?;
-        if let Some(h) = BandHeader::decode(&blk) {
-            if h.pool_tag == inner.tag && h.band == b && h.state == BAND_IN_USE {
-                hdr_first[b as usize] = Some(h.first_seq);
-            }
-        }
-    }
-
+    let hdrs = read_band_headers(inner)?;
     // 2. Newest valid checkpoint, if any.
     let ck = load_checkpoint(inner)?;
     let (source, replay_from, ck_bands, ck_next_seq) = match &ck {
@@ -126,7 +59,7 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
     };
     let matches = |b: usize| -> Option<BandRecord> {
         let cb = ck_bands.as_ref()?.get(b)?;
-        (cb.in_use && Some(cb.first_seq) == hdr_first[b]).then_some(*cb)
+        (cb.in_use && Some(cb.first_seq) == hdrs.first[b]).then_some(*cb)
     };
     if ck.is_some() {
         // Entries into bands freed or reused since the snapshot are stale; replay re-adds what moved.
@@ -134,19 +67,15 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
             .index
             .retain(|loc| matches(l.band_of_slot(Loc(loc).slot()) as usize).is_some());
     }
-
     // 3. Plan: which slots of which bands to replay, in write order.
+    let mut rp = Replay::new(inner, &hdrs, ck_next_seq);
     let mut plans: Vec<BandPlan> = Vec::new();
-    let mut written = vec![0u64; nb];
-    let mut min_seq = vec![u64::MAX; nb];
-    for b in 0..nb {
-        let Some(first_seq) = hdr_first[b] else {
-            continue;
-        };
+    for (b, first) in hdrs.first.iter().enumerate() {
+        let Some(first_seq) = *first else { continue };
         let start_slot = match matches(b) {
             Some(cb) => {
-                min_seq[b] = cb.min_seq;
-                written[b] = cb.written_slots as u64;
+                rp.min_seq[b] = cb.min_seq;
+                rp.written[b] = cb.written_slots as u64;
                 // Records placed in segments that are not replayed are not in the
                 // checkpoint; see the live-bytes fixup after replay below.
                 if first_seq >= replay_from {
@@ -164,146 +93,423 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
         });
     }
     plans.sort_by_key(|p| p.first_seq);
-    let band_first: Vec<u64> = hdr_first.iter().map(|f| f.unwrap_or(0)).collect();
-    let pos = |loc: Loc| -> (u64, u64, u32) {
-        let b = l.band_of_slot(loc.slot()) as usize;
-        (band_first[b], l.slot_in_band(loc.slot()), loc.offset())
-    };
-
-    // 4. Replay segments.
-    let mut max_seq = ck_next_seq.saturating_sub(1);
-    let mut segments = 0u64;
-    let mut group: Vec<(Digest, Loc)> = Vec::new();
-    // The records of one atomic group carry consecutive sequence numbers.
-    let mut group_last_seq = 0u64;
-    let mut partial: Option<(u32, u64, SegmentHeader, Vec<u8>, Vec<SummaryEntry>, usize)> = None;
-    let seg = l.seg as usize;
+    // 4. Replay segments, band by band in write order.
     let newest = plans.last().map(|p| p.band);
     for p in &plans {
-        let (dev_i, band_off) = l.band_addr(p.band);
-        let dev = &inner.pool.caps[dev_i];
-        let hdr = l.geo.band_header_size as u64;
-        let mut i = p.start_slot;
-        let mut last_seq = 0u64;
-        // Read ahead 4 MiB at a time: one large sequential read per chunk instead of
-        // one per segment. (At 10^7 keys the scan is CPU-bound — summary decoding and
-        // index inserts — so this saves syscalls rather than wall time.)
-        let chunk_slots = ((4usize << 20) / seg).max(1) as u64;
-        let mut chunk = AlignedBuf::new(0);
-        let (mut chunk_start, mut chunk_len) = (0u64, 0u64);
-        while i < l.slots_per_band {
-            if i < chunk_start || i >= chunk_start + chunk_len {
-                let n = chunk_slots.min(l.slots_per_band - i);
-                chunk = AlignedBuf::new(n as usize * seg);
-                dev.read_at(&mut chunk, band_off + hdr + i * seg as u64)
-                    .map_err(|e| Error::io(&dev.info().path, "recovery reading segments", e))?;
-                (chunk_start, chunk_len) = (i, n);
-            }
-            let rel = (i - chunk_start) as usize * seg;
-            let first = &chunk[rel..rel + seg];
-            let Some(sh) = SegmentHeader::decode(first) else {
-                break;
-            };
-            if sh.pool_tag != inner.tag
-                || sh.segment_seq < p.first_seq
-                || sh.segment_seq <= last_seq
-            {
-                break;
-            }
-            let k = sh.nslots.max(1) as u64;
-            if i + k > l.slots_per_band {
-                break;
-            }
-            let data: Vec<u8> = if i + k <= chunk_start + chunk_len {
-                chunk[rel..rel + k as usize * seg].to_vec()
-            } else {
-                let mut b = AlignedBuf::new(k as usize * seg);
-                dev.read_at(&mut b, band_off + hdr + i * seg as u64)
-                    .map_err(|e| Error::io(&dev.info().path, "recovery reading a segment", e))?;
-                b.to_vec()
-            };
-            let (entries, used, is_partial) = segment_entries(&data, &sh, inner.tag);
-            let slot = l.first_slot(p.band) + i;
-            let placed: u64 = entries
-                .iter()
-                .map(|e| round_up(e.len as usize, 8) as u64)
-                .sum();
-            inner.slot_placed[slot as usize].store(placed as u32, Relaxed);
-            for e in &entries {
-                max_seq = max_seq.max(e.seq);
-                min_seq[p.band as usize] = min_seq[p.band as usize].min(e.seq);
-                // A pending group whose next record does not follow it is a group
-                // a crash cut short (its last record never reached the device): it
-                // is not applied, and must not be completed by later records.
-                if !group.is_empty() && e.seq != group_last_seq + 1 {
-                    group.clear();
-                }
-                group_last_seq = e.seq;
-                group.push((e.digest, Loc::new(slot, e.offset, e.len, e.tombstone)));
-                if !e.more {
-                    for (d, loc) in group.drain(..) {
-                        inner.index.update_with(d, |cur| match cur {
-                            Some(c) if pos(Loc(c)) >= pos(loc) => (Some(c), ()),
-                            _ => (Some(loc.0), ()),
-                        });
-                    }
-                }
-            }
-            segments += 1;
-            last_seq = sh.segment_seq;
-            i += k;
-            written[p.band as usize] = written[p.band as usize].max(i);
-            if is_partial {
-                // No valid summary: the write frontier, unless a later segment follows
-                // (then the summary was damaged and its records were parsed instead).
-                let next_follows = i < l.slots_per_band && {
-                    let mut nb = AlignedBuf::new(4096);
-                    dev.read_at(&mut nb, band_off + hdr + i * seg as u64)
-                        .is_ok()
-                        && SegmentHeader::decode(&nb).is_some_and(|n| {
-                            n.pool_tag == inner.tag && n.segment_seq > sh.segment_seq
-                        })
-                };
-                if next_follows {
-                    inner.c.corruptions.fetch_add(1, Relaxed);
-                    inner.recovery.lock().warnings.push(format!(
-                        "band {} slot {}: segment summary damaged; {} records recovered by parsing the segment",
-                        p.band,
-                        i - k,
-                        entries.len()
-                    ));
-                    continue;
-                }
-                if Some(p.band) == newest && k == 1 {
-                    partial = Some((p.band, i - 1, sh, data, entries, used));
-                }
-                break;
-            }
-        }
+        rp.band(p, Some(p.band) == newest)?;
     }
-    // A group whose last record never reached the capacity tier is not applied here;
-    // if it was acknowledged it is still on the pad and comes back below.
-    drop(group);
-
+    rp.finish();
     // 5. The pad: everything from its durable tail is re-applied below, in order.
     let groups = match &inner.pad {
         Some(_) => read_pad(inner)?,
         None => Vec::new(),
     };
+    // 6–7. Entries pointing where nothing valid was found; space accounting.
+    drop_dangling(inner, &hdrs, &rp.written, &groups);
+    account_live(inner);
+    // 8. Band table and write state.
+    restore_state(inner, &hdrs, &rp, newest)?;
+    let mut r = inner.recovery.lock();
+    r.source = if clean {
+        format!("{source} (clean shutdown)")
+    } else {
+        source.to_string()
+    };
+    r.segments = rp.segments;
+    r.us = t0.elapsed().as_micros() as u64;
+    Ok(groups)
+}
+
+/// Step 1: read every band header. A header is written twice in its block (format
+/// version 2), so one damaged copy costs nothing. When both copies are damaged
+/// but the band's first slot holds a segment of this pool, the band is taken to
+/// be in use from that segment on and pinned (never reclaimed), with a warning.
+fn read_band_headers(inner: &Inner) -> Result<BandHeaders> {
+    let l = &inner.layout;
+    let nb = l.bands as usize;
+    let mut out = BandHeaders {
+        first: vec![None; nb],
+        inferred: vec![false; nb],
+    };
+    for b in 0..l.bands {
+        let (dev, off) = l.band_addr(b);
+        let blk =
+            crate::pool::read_block(&inner.pool.caps[dev], off, 4096, "reading band headers")?;
+        let (h, copies_bad) = BandHeader::decode_copies(&blk);
+        if copies_bad > 0 && h.is_some() {
+            inner.note(format!(
+                "band {b}: one copy of its header is damaged; the other was used"
+            ));
+        }
+        match h {
+            Some(h) if h.pool_tag == inner.tag && h.band == b && h.state == BAND_IN_USE => {
+                out.first[b as usize] = Some(h.first_seq);
+            }
+            Some(_) => {}
+            None if copies_bad == 0 => {}
+            None => {
+                let seg = crate::pool::read_block(
+                    &inner.pool.caps[dev],
+                    off + l.geo.band_header_size as u64,
+                    4096,
+                    "reading band headers",
+                )?;
+                if let Some(sh) = SegmentHeader::decode(&seg).filter(|s| s.pool_tag == inner.tag) {
+                    out.first[b as usize] = Some(sh.segment_seq);
+                    out.inferred[b as usize] = true;
+                    inner.warn(format!(
+                        "band {b}: both copies of its header are damaged; its segments were \
+                         replayed from segment {} on and the band is pinned (never reclaimed)",
+                        sh.segment_seq
+                    ));
+                } else {
+                    inner.note(format!(
+                        "band {b}: both copies of its header are damaged and it holds no \
+                         segment; taken as free"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Replays segments into the index. Every entry goes through [`Replay::apply`]:
+/// a position later in the log (band `first_seq`, slot, offset) wins, so replay
+/// is idempotent and order-independent.
+///
+/// Atomic groups: in tiered mode every record found is applied. Each record on
+/// the capacity tier was durable on the pad first, and the pad's tail passes a
+/// batch only once every segment holding its records is durable; so a group
+/// whose other members never reached the capacity tier is still on the pad and
+/// comes back whole (step 5), and members missing because GC reclaimed their
+/// band were durable — the group was complete. Without a pad (capacity-only,
+/// scm-only), a group is applied only when all its members are found: they
+/// carry consecutive seqs and all but the last the MORE flag. A commit is
+/// acknowledged only once all its records are durable, so an acknowledged group
+/// is whole on the device — unless GC reclaimed part of it, and GC sees to that:
+/// before it frees a band holding the end of a group whose start lies in another
+/// band, it moves the start's live records as stand-alone records (gc.rs), so
+/// dropping the orphaned start here loses nothing.
+struct Replay<'a> {
+    inner: &'a Inner,
+    band_first: Vec<u64>,
+    whole_groups: bool,
+    group: Vec<(Digest, Loc)>,
+    group_last_seq: u64,
+    /// Records of groups a crash cut short, not applied.
+    cut: u64,
+    /// The segment replayed last and whether a blank slot followed it.
+    last_seg: Option<LastSeg>,
+    blank_since: bool,
+    /// Newest sequence number met so far, to recognise the next open.
+    seen_max: u64,
+    /// Records skipped because they follow records a crash tore away.
+    after_tear: u64,
+    /// Footerless segments followed by others: (band, slot, seq, records).
+    unread: Vec<(u32, u64, u64, usize)>,
+    /// Skipping records written in the same unsynced burst as a torn one.
+    cutting: bool,
+    max_seq: u64,
+    min_seq: Vec<u64>,
+    written: Vec<u64>,
+    segments: u64,
+    /// Last footerless one-slot segment of the newest band, to keep filling.
+    partial: Option<Partial>,
+}
+
+/// Where the segment replayed last left the writer.
+#[derive(Clone, Copy)]
+struct LastSeg {
+    seq: u64,
+    /// End of its records.
+    end: usize,
+    band: u32,
+    /// The slot after it.
+    next_slot: u64,
+}
+
+/// A partly written segment at the write frontier (capacity-only/scm-only).
+struct Partial {
+    band: u32,
+    slot_in_band: u64,
+    seq: u64,
+    data: Vec<u8>,
+    entries: Vec<SummaryEntry>,
+    used: usize,
+}
+
+impl<'a> Replay<'a> {
+    fn new(inner: &'a Inner, hdrs: &BandHeaders, ck_next_seq: u64) -> Replay<'a> {
+        let nb = hdrs.first.len();
+        Replay {
+            inner,
+            band_first: hdrs.first.iter().map(|f| f.unwrap_or(0)).collect(),
+            whole_groups: inner.pad.is_none(),
+            group: Vec::new(),
+            group_last_seq: 0,
+            cut: 0,
+            last_seg: None,
+            blank_since: false,
+            seen_max: ck_next_seq.saturating_sub(1),
+            after_tear: 0,
+            unread: Vec::new(),
+            cutting: false,
+            max_seq: ck_next_seq.saturating_sub(1),
+            min_seq: vec![u64::MAX; nb],
+            written: vec![0; nb],
+            segments: 0,
+            partial: None,
+        }
+    }
+
+    fn pos(&self, loc: Loc) -> (u64, u64, u32) {
+        let l = &self.inner.layout;
+        let b = l.band_of_slot(loc.slot()) as usize;
+        (self.band_first[b], l.slot_in_band(loc.slot()), loc.offset())
+    }
+
+    fn apply(&self, d: Digest, loc: Loc) {
+        self.inner.index.update_with(d, |cur| match cur {
+            Some(c) if self.pos(Loc(c)) >= self.pos(loc) => (Some(c), ()),
+            _ => (Some(loc.0), ()),
+        });
+    }
+
+    /// Replay one band from its planned start to its write frontier.
+    fn band(&mut self, p: &BandPlan, newest: bool) -> Result<()> {
+        let inner = self.inner;
+        let dig = |k: &[u8]| inner.digest(k);
+        let mut sc = BandScanner::new(
+            &inner.layout,
+            &inner.pool.caps,
+            inner.tag,
+            p.band,
+            p.first_seq,
+            &dig,
+        );
+        // A footerless segment is the frontier if nothing follows it; otherwise
+        // its summary was lost (a torn seal, or damage) and its records were parsed.
+        let mut unread_summary: Option<(u64, u64, usize)> = None;
+        let end = sc.scan(p.start_slot, inner.layout.slots_per_band, true, &mut |f| {
+            if let Some((slot, seq, n)) = unread_summary.take() {
+                self.unread.push((p.band, slot, seq, n));
+            }
+            self.partial = None;
+            match f {
+                Found::Segment(s) => {
+                    if s.source == Source::Parsed {
+                        unread_summary = Some((s.slot, s.seq, s.entries.len()));
+                        if newest && s.nslots == 1 {
+                            self.partial = Some(Partial {
+                                band: p.band,
+                                slot_in_band: s.slot,
+                                seq: s.seq,
+                                data: s.data.to_vec(),
+                                entries: s.entries.clone(),
+                                used: s.used,
+                            });
+                        }
+                    }
+                    self.torn_before(p.band, &s);
+                    self.segment(p.band, &s);
+                    self.last_seg = Some(LastSeg {
+                        seq: s.seq,
+                        end: s.used,
+                        band: p.band,
+                        next_slot: s.slot + s.nslots,
+                    });
+                    self.blank_since = false;
+                }
+                Found::Gap { slot, n, blank } => {
+                    self.gap(p.band, slot, n, blank);
+                    self.blank_since |= blank;
+                }
+            }
+            Ok(())
+        })?;
+        let b = p.band as usize;
+        self.written[b] = self.written[b].max(end.end);
+        Ok(())
+    }
+
+    fn segment(&mut self, band: u32, s: &crate::scan::Segment<'_>) {
+        let inner = self.inner;
+        let slot = inner.layout.first_slot(band) + s.slot;
+        let placed: u64 = s
+            .entries
+            .iter()
+            .map(|e| round_up(e.len as usize, 8) as u64)
+            .sum();
+        inner.slot_placed[slot as usize].store(placed as u32, Relaxed);
+        if s.source == Source::HeaderDamaged {
+            inner.c.corruptions.fetch_add(1, Relaxed);
+            inner.warn(format!(
+                "band {band} slot {}: segment header damaged; its {} records were recovered \
+                 with the sequence number the slot must hold ({})",
+                s.slot,
+                s.entries.len(),
+                s.seq
+            ));
+        }
+        for e in &s.entries {
+            self.max_seq = self.max_seq.max(e.seq);
+            self.min_seq[band as usize] = self.min_seq[band as usize].min(e.seq);
+            self.entry(e, Loc::new(slot, e.offset, e.len, e.tombstone));
+        }
+        self.segments += 1;
+    }
+
+    fn entry(&mut self, e: &SummaryEntry, loc: Loc) {
+        if !self.whole_groups {
+            self.apply(e.digest, loc);
+            return;
+        }
+        if self.after_torn_write(e) {
+            return;
+        }
+        // A pending group whose next record does not follow it is a group a crash
+        // cut short (its last record never reached the device): it is not applied,
+        // and must not be completed by later records.
+        if !self.group.is_empty() && e.seq != self.group_last_seq + 1 {
+            self.cut += self.group.len() as u64;
+            self.group.clear();
+        }
+        self.group_last_seq = e.seq;
+        self.group.push((e.digest, loc));
+        if !e.more {
+            for (d, loc) in std::mem::take(&mut self.group) {
+                self.apply(d, loc);
+            }
+        }
+    }
+
+    /// Capacity-only / scm-only: did a crash tear away records written just
+    /// before segment `s`?
+    ///
+    /// Without a pad, a group commit's records are acknowledged when one sync
+    /// makes them all durable; a power cut before that sync may keep any subset
+    /// of the burst's blocks. Each segment's header says where the writer left
+    /// the segment before it (`prev_end`). If that segment was replayed and
+    /// ends earlier, or its slot was found blank, records of the burst never
+    /// reached the device: the burst was never acknowledged, and neither was
+    /// anything written after it until the next open (which skips
+    /// `SEQ_GAP_AT_OPEN` sequence numbers). Those records are not applied: a
+    /// batch's end whose start was torn away would otherwise look whole.
+    fn torn_before(&mut self, band: u32, s: &crate::scan::Segment<'_>) {
+        if !self.whole_groups || s.prev_end == 0 {
+            return;
+        }
+        let torn = match self.last_seg {
+            Some(l) if l.seq + 1 == s.seq => l.end < s.prev_end as usize,
+            // Segments between were in the same band: their slots were read.
+            Some(l) if l.band == band => self.blank_since,
+            // The writer fills a band before it opens the next one: if the
+            // first missing segment fit after the last one found, it was
+            // written there and is gone (the band's tail was blank).
+            Some(l) if l.seq < s.seq => {
+                let lay = &self.inner.layout;
+                let need = match l.seq + 2 == s.seq {
+                    true => lay
+                        .own_slots((s.prev_end as usize).saturating_sub(SEG_HEADER))
+                        .unwrap_or(1),
+                    false => 1,
+                };
+                l.next_slot + need <= lay.slots_per_band
+            }
+            Some(_) => false,
+            None => self.blank_since,
+        };
+        if torn && !self.cutting {
+            self.cutting = true;
+            self.cut += self.group.len() as u64;
+            self.group.clear();
+        }
+    }
+
+    /// Whether `e` is skipped as part of a torn burst (see `torn_before`).
+    fn after_torn_write(&mut self, e: &SummaryEntry) -> bool {
+        let prev = self.seen_max;
+        self.seen_max = prev.max(e.seq);
+        if self.cutting && e.seq >= prev + SEQ_GAP_AT_OPEN {
+            self.cutting = false;
+        }
+        if self.cutting {
+            self.after_tear += 1;
+        }
+        self.cutting
+    }
+
+    fn gap(&mut self, band: u32, slot: u64, n: u64, blank: bool) {
+        let inner = self.inner;
+        if blank {
+            inner.note(format!(
+                "band {band} slots {slot}..{}: not written (a write torn at a crash); later \
+                 segments of the band were replayed",
+                slot + n
+            ));
+        } else {
+            inner.c.corruptions.fetch_add(1, Relaxed);
+            inner.warn(format!(
+                "band {band} slots {slot}..{}: unreadable (damaged); their records are lost \
+                 unless newer copies exist",
+                slot + n
+            ));
+        }
+    }
+
+    /// End of replay: a group still pending was cut short by the crash.
+    /// Footerless segments that newer ones follow: a seal torn at a crash
+    /// (the summary and footer are written after the records are synced), or
+    /// a damaged summary. Either way every record was parsed and nothing is
+    /// lost, so it is a note. A seal torn at an earlier crash stays footerless,
+    /// so age cannot tell the two apart.
+    fn report_unread(&mut self) {
+        for (band, slot, _seq, n) in std::mem::take(&mut self.unread) {
+            self.inner.note(format!(
+                "band {band} slot {slot}: segment summary unreadable (a seal torn at a crash, \
+                 or damage); its {n} records were recovered by parsing"
+            ));
+        }
+    }
+
+    fn finish(&mut self) {
+        self.report_unread();
+        self.cut += self.group.len() as u64;
+        self.group.clear();
+        if self.after_tear > 0 {
+            self.inner.note(format!(
+                "{} records written after a write torn at a crash (in the same unsynced, never \
+                 acknowledged burst) were not applied",
+                self.after_tear
+            ));
+        }
+        if self.cut > 0 {
+            self.inner.note(format!(
+                "{} records of atomic batches a crash cut short (never acknowledged) were \
+                 not applied",
+                self.cut
+            ));
+        }
+    }
+}
+
+/// Step 6: drop index entries pointing where nothing valid was found. A
+/// checkpoint may point into segments that were still in DRAM (their records
+/// are on the pad, re-applied below); dropped tombstones may dangle too.
+/// Anything else is a lost record.
+fn drop_dangling(inner: &Inner, hdrs: &BandHeaders, written: &[u64], groups: &[Vec<PRec>]) {
+    let l = &inner.layout;
     let on_pad: std::collections::HashSet<u64> = groups
         .iter()
         .flatten()
         .map(|r| fingerprint(r.digest))
         .collect();
-
-    // 6. Entries pointing where nothing valid was found. A checkpoint may point into
-    // segments that were still in DRAM (their records are on the pad, re-applied
-    // below); dropped tombstones may dangle too. Anything else is a lost record.
     let mut lost = 0u64;
     inner.index.retain_entries(|fp, loc| {
         let loc = Loc(loc);
         let b = l.band_of_slot(loc.slot()) as usize;
-        let ok = hdr_first[b].is_some() && l.slot_in_band(loc.slot()) < written[b];
+        let ok = hdrs.first[b].is_some() && l.slot_in_band(loc.slot()) < written[b];
         if !ok && !loc.is_tombstone() && !on_pad.contains(&fp) {
             lost += 1;
         }
@@ -311,12 +517,14 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
     });
     if lost > 0 {
         inner.c.corruptions.fetch_add(lost, Relaxed);
-        inner.recovery.lock().warnings.push(format!(
+        inner.warn(format!(
             "{lost} index entries pointed at segments that could not be read; those keys are lost"
         ));
     }
+}
 
-    // 7. Space accounting from the index.
+/// Step 7: live-byte accounting from the index.
+fn account_live(inner: &Inner) {
     inner.index.for_each(|loc| inner.add_live(Loc(loc)));
     // Segments known only from the checkpoint: count their live records as placed,
     // so records that die from now on show up as death size.
@@ -325,20 +533,32 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
             placed.store(live.load(Relaxed), Relaxed);
         }
     }
+}
 
-    // 8. Band table and write state.
-    let mode = l.geo.mode;
+/// Step 8: band table and write state; the newest band stays open, and (without
+/// a pad) its footerless last segment is filled on.
+fn restore_state(
+    inner: &Inner,
+    hdrs: &BandHeaders,
+    rp: &Replay<'_>,
+    newest: Option<u32>,
+) -> Result<()> {
+    let l = &inner.layout;
     let mut ws = inner.ws.lock();
     {
         let mut bt = inner.bands.lock();
-        for b in 0..nb {
+        for (b, first) in hdrs.first.iter().enumerate() {
             let info = &mut bt.bands[b];
-            match hdr_first[b] {
+            match first {
                 Some(fs) => {
-                    info.state = BandState::Sealed;
-                    info.first_seq = fs;
-                    info.written_slots = written[b];
-                    inner.band_min_seq[b].store(min_seq[b], Relaxed);
+                    info.state = if hdrs.inferred[b] {
+                        BandState::Pinned
+                    } else {
+                        BandState::Sealed
+                    };
+                    info.first_seq = *fs;
+                    info.written_slots = rp.written[b];
+                    inner.band_min_seq[b].store(rp.min_seq[b], Relaxed);
                 }
                 None => {
                     info.state = BandState::Free;
@@ -346,156 +566,141 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
                 }
             }
         }
-        if let Some(b) = newest {
-            if written[b as usize] < l.slots_per_band {
+        if let Some(b) = newest.filter(|&b| !hdrs.inferred[b as usize]) {
+            if rp.written[b as usize] < l.slots_per_band {
                 bt.bands[b as usize].state = BandState::Open;
                 ws.cur_band = Some(b);
-                ws.next_sib = written[b as usize];
+                ws.next_sib = rp.written[b as usize];
             }
         }
     }
-    if let Some((band, sib, sh, data, entries, used)) = partial {
-        if mode != Mode::Tiered && ws.cur_band == Some(band) {
-            // Keep filling the partly written segment where the last run stopped.
-            let mut buf = AlignedBuf::new(seg);
-            buf.copy_from_slice(&data[..seg]);
-            let slot = l.first_slot(band) + sib;
-            // Past `used` lie the remains of the write the crash interrupted: a torn
-            // record, and perhaps whole records behind it that carry this segment's
-            // tag. Once new records fill the gap, a later recovery would parse on
-            // into them and bring back writes that were never acknowledged. Erase
-            // them, on the device too, before anything new is appended.
-            buf[used..].fill(0);
-            let from = used / 4096 * 4096;
-            let (dev, base) = l.slot_addr(slot);
-            let d = &inner.pool.caps[dev];
-            d.write_at(&buf[from..], base + from as u64).map_err(|e| {
-                Error::io(
-                    &d.info().path,
-                    "erasing the torn tail of the open segment",
-                    e,
-                )
-            })?;
-            crate::pool::sync(d, "erasing the torn tail of the open segment")?;
-            let sb = Arc::new(SegBuf {
-                size: seg,
-                slot,
-                nslots: 1,
-                seq: sh.segment_seq,
-                band,
-                data: RwLock::new(buf),
-            });
-            inner.bufs.write().insert(slot, sb.clone());
-            inner.bands.lock().bands[band as usize].inflight += 1;
-            let (mn, mx) = entries
-                .iter()
-                .fold((u64::MAX, 0), |(a, b), e| (a.min(e.seq), b.max(e.seq)));
-            ws.open = Some(OpenSeg {
-                buf: sb,
-                used,
-                entries,
-                min_seq: mn,
-                max_seq: mx,
-                flushed: used,
-            });
+    if let Some(p) = &rp.partial {
+        if l.geo.mode != Mode::Tiered && ws.cur_band == Some(p.band) {
+            reopen_partial(inner, &mut ws, p)?;
         }
     }
-    // Leave a gap, so no record of this run follows on from a group of the last run
-    // that a crash cut short (recovery tells groups apart by consecutive seqs).
-    ws.next_seq = max_seq + 1 + SEQ_GAP_AT_OPEN;
+    ws.next_seq = rp.max_seq + 1 + SEQ_GAP_AT_OPEN;
     inner.seq_hint.store(ws.next_seq, SeqCst);
     inner.next_seg_hint.store(ws.next_seg, SeqCst);
-    drop(ws);
-
-    let mut r = inner.recovery.lock();
-    r.source = if clean {
-        format!("{source} (clean shutdown)")
-    } else {
-        source.to_string()
-    };
-    r.segments = segments;
-    r.us = t0.elapsed().as_micros() as u64;
-    Ok(groups)
+    Ok(())
 }
 
-/// Parse the pad ring from its durable tail; set the ring state to continue after it.
+/// Keep filling the partly written segment where the last run stopped.
+fn reopen_partial(inner: &Inner, ws: &mut crate::db::WriteState, p: &Partial) -> Result<()> {
+    let l = &inner.layout;
+    let seg = l.seg as usize;
+    let mut buf = AlignedBuf::new(seg);
+    buf.copy_from_slice(&p.data[..seg]);
+    let slot = l.first_slot(p.band) + p.slot_in_band;
+    // Past `used` lie the remains of the write the crash interrupted: a torn
+    // record, or a whole record whose block landed although the group commit
+    // never completed — nothing acknowledged, yet valid-looking and of the same
+    // tag. Once new records fill the gap, a later recovery would parse on
+    // into them and bring back writes that were never acknowledged. Erase
+    // them, on the device too, before anything new is appended.
+    buf[p.used..].fill(0);
+    let from = p.used / 4096 * 4096;
+    let (dev, base) = l.slot_addr(slot);
+    let d = &inner.pool.caps[dev];
+    d.write_at(&buf[from..], base + from as u64).map_err(|e| {
+        Error::io(
+            &d.info().path,
+            "erasing the torn tail of the open segment",
+            e,
+        )
+    })?;
+    crate::pool::sync(d, "erasing the torn tail of the open segment")?;
+    let sb = Arc::new(SegBuf {
+        size: seg,
+        slot,
+        nslots: 1,
+        seq: p.seq,
+        band: p.band,
+        data: RwLock::new(buf),
+    });
+    inner.bufs.write().insert(slot, sb.clone());
+    inner.bands.lock().bands[p.band as usize].inflight += 1;
+    let (mn, mx) = p
+        .entries
+        .iter()
+        .fold((u64::MAX, 0), |(a, b), e| (a.min(e.seq), b.max(e.seq)));
+    ws.open = Some(OpenSeg {
+        buf: sb,
+        used: p.used,
+        entries: p.entries.clone(),
+        min_seq: mn,
+        max_seq: mx,
+        flushed: p.used,
+    });
+    Ok(())
+}
+
+/// Step 5: parse the pad ring from its durable tail; set the ring state to
+/// continue after it. A batch that fails its checks ends the log only if no
+/// valid batch follows; a damaged batch in the middle is reported and skipped
+/// (see pad.rs).
 fn read_pad(inner: &Inner) -> Result<Vec<Vec<PRec>>> {
     let Some(p) = &inner.pad else {
         return Ok(Vec::new());
     };
-    let hb = crate::pool::read_block(&p.dev, p.hdr_off, 8192, "reading the pad header")?;
-    let h = [
-        PadHeader::decode(&hb[..4096]),
-        PadHeader::decode(&hb[4096..]),
-    ]
-    .into_iter()
-    .flatten()
-    .filter(|h| h.pool_tag == inner.tag)
-    .max_by_key(|h| h.hdr_seq)
-    .ok_or_else(|| Error::Corruption("both write-pad headers are damaged".into()))?;
-    let mut v = h.tail;
-    let mut expect = h.tail_batch_seq;
+    let (tail, tail_seq, hdr_seq) = crate::pad::replay_start(inner, p)?;
+    let r = PadReader::new(p, inner.tag);
+    let (mut v, mut expect) = (tail, tail_seq);
     let mut groups = Vec::new();
     let mut batches = std::collections::VecDeque::new();
-    let mut guard = 0u64;
     loop {
-        guard += 1;
-        if guard > p.size / 4096 + 2 {
-            break;
-        }
-        let phys = v % p.size;
-        let first = crate::pool::read_block(&p.dev, p.base + phys, 4096, "reading the pad")?;
-        let Some(bh) = peek_batch(&first) else { break };
-        if bh.pool_tag != inner.tag || bh.batch_seq != expect || bh.virt != v {
-            break;
-        }
-        let total = round_up(BATCH_HEADER + bh.payload_len as usize, 4096);
-        if phys + total as u64 > p.size {
-            break;
-        }
-        let whole = if total > 4096 {
-            crate::pool::read_block(&p.dev, p.base + phys, total, "reading the pad")?
-        } else {
-            first
+        let b = match r.batch_at(v, Some(expect))? {
+            Some(b) => b,
+            None => match r.resync(v, expect)? {
+                Some(b) => {
+                    let lost = b.header.batch_seq - expect;
+                    inner.c.corruptions.fetch_add(lost, Relaxed);
+                    inner.warn(format!(
+                        "write pad: {lost} batch(es) from number {expect} at offset {v} damaged;                          their writes are lost unless they had reached the capacity tier;                          the {} later batches were replayed",
+                        "intact"
+                    ));
+                    b
+                }
+                None => break,
+            },
         };
-        if !verify_batch(&whole, &bh) {
-            break;
-        }
-        batches.push_back((v, bh.batch_seq));
-        expect += 1;
-        if bh.flags & BATCH_WRAP != 0 {
-            v = round_up64(v + 1, p.size);
-            continue;
-        }
-        let payload = &whole[BATCH_HEADER..BATCH_HEADER + bh.payload_len as usize];
-        let mut off = 0usize;
-        let mut recs = Vec::new();
-        while off < payload.len() {
-            let (hd, k, _) = decode_record(&payload[off..])?;
-            let len = hd.total_len();
-            let mut bytes = payload[off..off + len].to_vec();
-            bytes[18] &= !REC_MORE;
-            recs.push(PRec {
-                digest: digest(k),
-                bytes,
-                kind: Kind::Replay,
-            });
-            off += round_up(len, 8);
-        }
+        batches.push_back((b.virt, b.header.batch_seq));
+        expect = b.header.batch_seq + 1;
+        v = b.next_virt(p.size);
+        let recs = pad_records(inner, &b)?;
         if !recs.is_empty() {
             groups.push(recs);
         }
-        v += total as u64;
     }
     let mut s = p.st.lock();
-    s.tail = h.tail;
+    s.tail = tail;
     s.head = v;
     s.next_batch = expect;
-    s.hdr_seq = h.hdr_seq;
+    s.hdr_seq = hdr_seq;
     s.batches = batches;
     // Until the replayed records are durable again, the old region stays needed.
-    s.hold = if v > h.tail { Some(h.tail) } else { None };
+    s.hold = if v > tail { Some(tail) } else { None };
     Ok(groups)
+}
+
+/// The records of one pad batch, as one atomic group to re-apply.
+fn pad_records(inner: &Inner, b: &crate::pad::Batch) -> Result<Vec<PRec>> {
+    let payload = b.payload();
+    let mut off = 0usize;
+    let mut recs = Vec::new();
+    while off < payload.len() {
+        let (hd, k, _) = decode_record(&payload[off..])?;
+        let len = hd.total_len();
+        let mut bytes = payload[off..off + len].to_vec();
+        bytes[REC_FLAGS_AT] &= !REC_MORE;
+        recs.push(PRec {
+            digest: inner.digest(k),
+            bytes,
+            kind: Kind::Replay,
+        });
+        off += round_up(len, 8);
+    }
+    Ok(recs)
 }
 
 type LoadedCheckpoint = (CheckpointHeader, Vec<BandRecord>);
@@ -706,6 +911,9 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<bool> {
         fits = w.put(&(img.len() as u64).to_le_bytes())? && w.put(&img)?;
     }
     if !fits {
+        tracing::warn!(
+            "checkpoint skipped: the index does not fit the checkpoint slot (recovery will scan)"
+        );
         inner.c.checkpoint_skipped.fetch_add(1, Relaxed);
         return Ok(false);
     }
@@ -726,6 +934,12 @@ pub(crate) fn checkpoint(inner: &Inner) -> Result<bool> {
     crate::pool::write_block(&meta, slot_off, &h.encode(), "writing a checkpoint header")?;
     crate::pool::sync(&meta, "syncing a checkpoint")?;
     *last = seq;
+    tracing::info!(
+        seq,
+        bytes = len + CKPT_HEADER,
+        took_us,
+        "checkpoint written"
+    );
     inner.c.checkpoints.fetch_add(1, Relaxed);
     inner
         .c

@@ -70,6 +70,8 @@ pub(crate) struct Counters {
 
 pub(crate) struct Histos {
     h: [Mutex<Histogram<u64>>; 4],
+    /// Exact sum of the samples per operation, ns (a Prometheus histogram's `_sum`).
+    sum_ns: [AtomicU64; 4],
 }
 
 impl Histos {
@@ -81,11 +83,31 @@ impl Histos {
         };
         Histos {
             h: [mk(), mk(), mk(), mk()],
+            sum_ns: Default::default(),
         }
     }
     pub fn record(&self, op: Op, ns: u64) {
         let i = OPS.iter().position(|&o| o == op).unwrap_or(0);
         let _ = self.h[i].lock().record(ns.max(1));
+        self.sum_ns[i].fetch_add(ns, Relaxed);
+    }
+    /// Per operation, the number of samples at or below each bound (ascending, ns).
+    pub fn buckets(&self, bounds_ns: &[u64]) -> Vec<LatencyBuckets> {
+        OPS.iter()
+            .zip(self.h.iter().zip(self.sum_ns.iter()))
+            .map(|(op, (h, sum))| {
+                let h = h.lock();
+                LatencyBuckets {
+                    op: op.name(),
+                    count: h.len(),
+                    sum_ns: ld(sum),
+                    cumulative: bounds_ns
+                        .iter()
+                        .map(|&b| h.count_between(0, b.min(h.high())))
+                        .collect(),
+                }
+            })
+            .collect()
     }
     pub fn summary(&self) -> Vec<LatencySummary> {
         OPS.iter()
@@ -112,7 +134,26 @@ impl Histos {
         for h in &self.h {
             h.lock().reset();
         }
+        for s in &self.sum_ns {
+            s.store(0, Relaxed);
+        }
     }
+}
+
+/// Latency samples of one operation counted at fixed upper bounds: what a
+/// Prometheus histogram needs (see [`crate::Db::latency_buckets`]).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LatencyBuckets {
+    /// Operation name: "put", "get", "delete" or "batch".
+    pub op: &'static str,
+    /// Samples.
+    pub count: u64,
+    /// Sum of the samples, ns.
+    pub sum_ns: u64,
+    /// Samples at or below each requested bound, in the bounds' order. Counts are at
+    /// the histogram's resolution (3 significant digits): a sample within 0.1% of a
+    /// bound may fall on either side.
+    pub cumulative: Vec<u64>,
 }
 
 /// Latency percentiles of one operation type.
@@ -254,6 +295,9 @@ pub struct Stats {
     pub recovery_pad_records: u64,
     /// Problems recovery found and worked around (a damaged checkpoint, lost records).
     pub recovery_warnings: Vec<String>,
+    /// What recovery found that an ordinary crash leaves behind (a write torn at
+    /// the crash frontier, a batch cut short) or damage that cost nothing.
+    pub recovery_notes: Vec<String>,
     /// Checksum failures seen (on reads, GC or recovery).
     pub corruptions: u64,
     /// Per-device I/O.
@@ -350,6 +394,9 @@ impl Stats {
         for w in &self.recovery_warnings {
             let _ = writeln!(s, "recovery warning     {w}");
         }
+        for w in &self.recovery_notes {
+            let _ = writeln!(s, "recovery note        {w}");
+        }
         let _ = writeln!(
             s,
             "reads                {} from DRAM buffers, {} from devices, {} retries; {} checksum failures",
@@ -387,5 +434,78 @@ impl Stats {
             );
         }
         s
+    }
+}
+
+/// Space of the capacity tier as writers see it, from [`crate::Db::space`]. Cheap
+/// to take (no latency summaries), so faces can ask before buffering a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Space {
+    /// Bands in the pool.
+    pub bands_total: u32,
+    /// Bands on the free list.
+    pub bands_free: u32,
+    /// Free bands user writes may never take (kept for GC and deletes).
+    pub user_reserve_bands: u32,
+    /// Bytes of records one band holds (band size less its header).
+    pub band_payload: u64,
+    /// Bytes of live records (headers included).
+    pub live_bytes: u64,
+    /// Band payload user writes can still fill, counting what GC can win back
+    /// from dead records. Compare it with [`crate::Db::record_room`], not with
+    /// raw value sizes: records do not pack segments perfectly. An estimate
+    /// that errs low: it leaves out the reserve bands, one band of working room
+    /// for the open band and GC, and bands whose dead records GC would not
+    /// find worth moving the live ones for.
+    pub user_available_bytes: u64,
+}
+
+impl crate::Db {
+    /// Space figures for `statfs`-style reports and for write admission in faces
+    /// that buffer data (the file layer), without the cost of [`crate::Db::stats`]
+    /// (one pass over the per-band counters).
+    pub fn space(&self) -> Space {
+        use crate::db::BandState;
+        let inner = &self.inner;
+        let payload = inner.layout.band_payload();
+        let min_gain = crate::gc::min_gain(inner);
+        let bt = inner.bands.lock();
+        let (total, free) = (bt.bands.len() as u32, bt.free_count());
+        let mut room = 0u64;
+        for (i, b) in bt.bands.iter().enumerate() {
+            room += match b.state {
+                BandState::Free => payload,
+                // What GC could win back here, if it would bother.
+                BandState::Open | BandState::Sealed | BandState::Victim => {
+                    let gain = payload.saturating_sub(inner.band_cost(i));
+                    if gain >= min_gain {
+                        gain
+                    } else {
+                        0
+                    }
+                }
+                BandState::Pinned => 0,
+            };
+        }
+        drop(bt);
+        let reserve = crate::db::Class::User.reserve_bands();
+        let live: u64 = inner.band_live.iter().map(|a| a.load(Relaxed)).sum();
+        Space {
+            bands_total: total,
+            bands_free: free,
+            user_reserve_bands: reserve,
+            band_payload: payload,
+            live_bytes: live,
+            user_available_bytes: room.saturating_sub((reserve as u64 + 1) * payload),
+        }
+    }
+
+    /// Band payload a record of `key_len` + `value_len` bytes takes once stored
+    /// among records like it (header, summary entry and its share of the segment
+    /// room records of that size leave unused): the unit of
+    /// [`Space::user_available_bytes`].
+    pub fn record_room(&self, key_len: usize, value_len: usize) -> u64 {
+        let len8 = crate::format::record_len(key_len, value_len).div_ceil(8) * 8;
+        self.inner.layout.room_cost(len8 as u32)
     }
 }

@@ -167,6 +167,12 @@ pub struct VolumeInfo {
 const KEY_PREFIX: &[u8; 4] = b"\xffMVB";
 const DIR_KEY: &[u8] = b"\xffMVBdir";
 const DIR_MAGIC: &[u8; 4] = b"MVBD";
+
+/// Whether `k` is the key of a block-layer record (the volume directory or a
+/// volume's chunk), as opposed to a key-value user's key.
+pub fn is_volume_key(k: &[u8]) -> bool {
+    k.starts_with(KEY_PREFIX)
+}
 const DIR_VERSION: u32 = 1;
 const FLAG_DELETING: u32 = 1;
 

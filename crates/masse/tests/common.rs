@@ -111,3 +111,72 @@ pub fn find_bytes(dev: &masse::device::MemDevice, needle: &[u8]) -> Option<u64> 
     }
     None
 }
+
+/// A MemDevice with a script for crash tests: `block_writes` makes the next
+/// write wait until it is cleared (so messages pile up behind a writer stuck in
+/// a burst), and `syncs_left` (when ≥ 0) lets that many more syncs succeed and
+/// fails every one after, as a power failure before the sync would.
+pub struct Scripted {
+    pub mem: MemDevice,
+    pub block_writes: std::sync::atomic::AtomicBool,
+    pub blocked: std::sync::atomic::AtomicBool,
+    pub syncs_left: std::sync::atomic::AtomicI64,
+}
+
+impl Scripted {
+    pub fn new(mem: MemDevice) -> Arc<Scripted> {
+        Arc::new(Scripted {
+            mem,
+            block_writes: false.into(),
+            blocked: false.into(),
+            syncs_left: (-1).into(),
+        })
+    }
+    fn gate(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        while self.block_writes.load(SeqCst) {
+            self.blocked.store(true, SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    /// Wait until a write is held at the gate.
+    pub fn wait_blocked(&self) {
+        while !self.blocked.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
+impl Device for Scripted {
+    fn info(&self) -> &masse::device::DeviceInfo {
+        self.mem.info()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.mem.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.gate();
+        self.mem.write_at(buf, offset)
+    }
+    fn write_batch(&self, ops: &[(u64, &[u8])]) -> std::io::Result<()> {
+        self.gate();
+        self.mem.write_batch(ops)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let left = self.syncs_left.load(SeqCst);
+        if left == 0 {
+            return Err(std::io::Error::other("power failed before the sync"));
+        }
+        if left > 0 {
+            self.syncs_left.fetch_sub(1, SeqCst);
+        }
+        self.mem.sync()
+    }
+    fn discard(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.mem.discard(offset, len)
+    }
+    fn counters(&self) -> &masse::device::IoCounters {
+        self.mem.counters()
+    }
+}

@@ -21,6 +21,7 @@ use masse_cli::units::{fmt_bytes, parse_count};
 use report::{cpu_secs, proc_status_bytes, BenchReport, EngineDelta};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 use workload::{Bench, Spec};
 
@@ -172,6 +173,9 @@ pub struct BenchArgs {
     /// Write report.json and the SVG plots into this directory (created if needed).
     #[arg(long = "report_dir", alias = "report-dir", value_name = "DIR")]
     pub report_dir: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
 
     /// Keep temporary pool files at the end and print their paths.
     #[arg(long)]
@@ -462,8 +466,15 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
         }
     };
     let t0 = Instant::now();
-    let mut db = Some(open_or_create(&wh, !a.use_existing_db)?);
-    let layout = db.as_ref().map(PoolLayout::of);
+    let mut db = Some(Arc::new(open_or_create(&wh, !a.use_existing_db)?));
+    let layout = db.as_ref().map(|d| PoolLayout::of(d));
+    let slot = crate::metrics::EngineSlot::new();
+    if let Some(d) = &db {
+        slot.set(d.clone());
+    }
+    let mut m = crate::metrics::Metrics::new();
+    m.engine(slot.clone());
+    let _metrics = crate::metrics::start(a.metrics.addr.as_deref(), m)?;
     if let Some(l) = &layout {
         out(format!(
             "pool      {} in {:.1} ms",
@@ -501,12 +512,14 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
         if b.fresh_db() && i > 0 {
             // db_bench starts every fill on a fresh database.
             if let Some(d) = db.take() {
-                d.close()
-                    .map_err(|e| CliError::new(format!("closing the pool failed: {e}")))?;
+                slot.clear();
+                crate::pool::close_shared(d)?;
             }
             let mut w2 = place_pool_again(&wh);
             w2.force = true;
-            db = Some(open_or_create(&w2, true)?);
+            let d = Arc::new(open_or_create(&w2, true)?);
+            slot.set(d.clone());
+            db = Some(d);
         }
         let Some(dbr) = db.as_ref() else {
             return Err(CliError::new("internal: no open pool"));
@@ -564,8 +577,8 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
         out(s.to_text());
     }
     if let Some(d) = db.take() {
-        d.close()
-            .map_err(|e| CliError::new(format!("closing the pool failed: {e}")))?;
+        slot.clear();
+        crate::pool::close_shared(d)?;
     }
     let report = Report {
         command,

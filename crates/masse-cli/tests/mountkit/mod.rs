@@ -186,6 +186,22 @@ impl Mounted {
         self.mnt.join(rel)
     }
 
+    /// Process id of the `masse mount` serving this mount.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("mounted").id()
+    }
+
+    /// Resident memory of the mount process, bytes (VmRSS).
+    pub fn rss(&self) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("/proc/PID/status of the mount");
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("VmRSS line")
+            * 1024
+    }
+
     /// Unmount the way a user would (`how`: "signal" sends SIGTERM, "fusermount"
     /// runs `fusermount3 -u`, "umount" runs umount), wait for the process, and
     /// assert it flushed and closed the pool cleanly. Returns its stdout.

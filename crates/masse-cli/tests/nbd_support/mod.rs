@@ -28,7 +28,7 @@ pub fn have_tool(tool: &str) -> bool {
             .unwrap_or(false)
     });
     if required {
-        panic!("{tool} is required (CI / MASSE_REQUIRE_TOOLS is set) but cannot be run; install it (.ci/run does: apt-get install -y libnbd-bin qemu-utils fio)");
+        panic!("{tool} is required (CI / MASSE_REQUIRE_TOOLS is set) but cannot be run; install it (.ci/run does)");
     }
     eprintln!("NOTICE: {tool} not found: skipping this test (set MASSE_REQUIRE_TOOLS=1 to make this a failure)");
     false
@@ -114,7 +114,7 @@ impl Server {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("spawn masse serve nbd");
+            .expect("spawn masse serve");
         let out = child.stdout.take().expect("stdout");
         let mut lines = Vec::new();
         let mut r = BufReader::new(out);
@@ -124,7 +124,7 @@ impl Server {
                 Ok(0) | Err(_) => {
                     let o = child.wait_with_output().expect("wait");
                     panic!(
-                        "masse serve nbd exited before it was ready ({}): {}",
+                        "the masse server exited before it was ready ({}): {}",
                         o.status,
                         String::from_utf8_lossy(&o.stderr)
                     );
@@ -160,7 +160,7 @@ impl Server {
             }
             if t.elapsed() > Duration::from_secs(30) {
                 let _ = child.kill();
-                panic!("masse serve nbd did not stop within 30 s of SIGTERM");
+                panic!("the masse server did not stop within 30 s of SIGTERM");
             }
             std::thread::sleep(Duration::from_millis(20));
         }

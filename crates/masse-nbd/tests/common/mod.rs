@@ -6,10 +6,10 @@ use masse::device::{Device, MemDevice};
 use masse::vblock::{self, VolumeSpec};
 use masse::{Db, DeviceSpec, Mode, Options, PoolConfig};
 use masse_nbd::proto::*;
-use masse_nbd::{Export, Server, ServerConfig, StopHandle, VolumeBackend};
+use masse_nbd::{Export, Server, ServerConfig, ServerStats, StopHandle, VolumeBackend};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -19,6 +19,7 @@ pub struct Running {
     pub sock: PathBuf,
     pub stop: StopHandle,
     pub thread: Option<JoinHandle<()>>,
+    pub stats: Arc<ServerStats>,
     pub db: Arc<Db>,
     pub fast: MemDevice,
     pub cap: MemDevice,
@@ -85,12 +86,14 @@ pub fn serve(db: Arc<Db>, fast: MemDevice, cap: MemDevice, cfg: ServerConfig) ->
     let mut srv = Server::new(exports, cfg).expect("server");
     srv.listen_unix(&sock).expect("listen");
     let stop = srv.stop_handle();
+    let stats = srv.stats();
     let thread = std::thread::spawn(move || srv.run().expect("run"));
     Running {
         dir,
         sock,
         stop,
         thread: Some(thread),
+        stats,
         db,
         fast,
         cap,
@@ -113,7 +116,11 @@ pub struct Reply {
 }
 
 pub fn raw_connect(r: &Running) -> UnixStream {
-    let s = UnixStream::connect(&r.sock).expect("connect");
+    raw_connect_path(&r.sock)
+}
+
+pub fn raw_connect_path(sock: &Path) -> UnixStream {
+    let s = UnixStream::connect(sock).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(20)))
         .expect("timeout");
     s
@@ -183,7 +190,12 @@ pub fn meta_data(name: &str, queries: &[&str]) -> Vec<u8> {
 impl Client {
     /// Connect with NBD_OPT_GO, optionally negotiating structured replies and base:allocation.
     pub fn connect(r: &Running, export: &str, structured: bool, meta: bool) -> Client {
-        let mut s = raw_connect(r);
+        Client::connect_path(&r.sock, export, structured, meta)
+    }
+
+    /// Connect to the server listening on `sock`.
+    pub fn connect_path(sock: &Path, export: &str, structured: bool, meta: bool) -> Client {
+        let mut s = raw_connect_path(sock);
         greet(&mut s, FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES);
         if structured {
             send_opt(&mut s, OPT_STRUCTURED_REPLY, &[]);

@@ -19,9 +19,10 @@ use std::sync::atomic::Ordering;
 use io_uring::{opcode, types, IoUring};
 use parking_lot::Mutex;
 
+use super::claim::{claim_file, fs_magic, major_minor, RAMFS_MAGIC, TMPFS_MAGIC};
 use super::{
-    check_aligned, check_range, round_down64, AlignedBuf, Backend, Device, DeviceInfo, IoCounters,
-    Media, IO_ALIGN,
+    check_aligned, check_range, round_down64, AlignedBuf, Backend, ClaimError, Device, DeviceClaim,
+    DeviceId, DeviceInfo, IoCounters, Media, IO_ALIGN,
 };
 use std::io;
 
@@ -42,10 +43,6 @@ const BLKGETSIZE64: u64 = 0x8008_1272;
 const BLKDISCARD: u64 = 0x1277;
 /// `_IO(0x12, 104)`: logical sector size (int).
 const BLKSSZGET: u64 = 0x1268;
-/// `statfs` magic of tmpfs (and devtmpfs).
-const TMPFS_MAGIC: u32 = 0x0102_1994;
-/// `statfs` magic of ramfs.
-const RAMFS_MAGIC: u32 = 0x8584_58f6;
 
 /// How [`FileDevice::open`] opens (and possibly creates) its path.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -403,13 +400,6 @@ fn grow_file(file: &File, size: u64, path: &Path) -> io::Result<()> {
     }
 }
 
-/// glibc's `major()`/`minor()` decoding of a `dev_t`.
-fn dev_major_minor(dev: u64) -> (u64, u64) {
-    let major = ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff);
-    let minor = ((dev >> 12) & 0xffff_ff00) | (dev & 0xff);
-    (major, minor)
-}
-
 /// Facts read from `/sys/dev/block/MAJ:MIN/queue`.
 #[derive(Debug, Default)]
 struct Sysfs {
@@ -421,7 +411,7 @@ struct Sysfs {
 }
 
 fn sysfs_facts(dev: u64) -> Option<Sysfs> {
-    let (major, minor) = dev_major_minor(dev);
+    let (major, minor) = major_minor(dev);
     let base = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
     let queue = [base.join("queue"), base.join("../queue")]
         .into_iter()
@@ -463,15 +453,6 @@ fn ioctl_int(fd: i32, req: u64) -> Option<u32> {
     // SAFETY: the request writes one int into `v`.
     let r = unsafe { libc::ioctl(fd, req as _, &mut v as *mut libc::c_int) };
     (r == 0 && v > 0).then_some(v as u32)
-}
-
-fn fs_magic(fd: i32) -> Option<u32> {
-    // SAFETY: statfs is plain old data; fstatfs fills it.
-    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: valid fd and out-pointer.
-    let r = unsafe { libc::fstatfs(fd, &mut s) };
-    // f_type is signed on some targets; magics are 32-bit values.
-    (r == 0).then_some(s.f_type as u32)
 }
 
 /// Does `fallocate(PUNCH_HOLE)` work on this file? Probed past the end of the
@@ -656,6 +637,15 @@ impl FileDevice {
         Ok(FileDevice {
             info: DeviceInfo {
                 path: path.display().to_string(),
+                identity: if block_device {
+                    DeviceId::Block { rdev: meta.rdev() }
+                } else {
+                    DeviceId::File {
+                        dev: meta.dev(),
+                        ino: meta.ino(),
+                    }
+                },
+                volatile: in_memory_fs,
                 capacity,
                 logical_block_size: logical,
                 physical_block_size: physical,
@@ -884,19 +874,17 @@ impl Device for FileDevice {
     fn counters(&self) -> &IoCounters {
         &self.counters
     }
+
+    /// `flock` on this device's open file description; for a block device an
+    /// `O_EXCL` open as well (see the `claim` module).
+    fn claim(&self) -> Result<DeviceClaim, ClaimError> {
+        claim_file(&self.file, &self.path, self.info.identity)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn major_minor_decoding_matches_libc() {
-        for (ma, mi) in [(8u32, 1u32), (254, 0), (259, 1_048_577), (4095, 255)] {
-            let dev = libc::makedev(ma, mi);
-            assert_eq!(dev_major_minor(dev), (ma as u64, mi as u64));
-        }
-    }
 
     /// A file of 12 KiB + 100 bytes read with 16 KiB requests: the kernel
     /// returns a short read, the remainder is resubmitted, then EOF is an error
@@ -979,7 +967,7 @@ mod tests {
         // Informational: anonymous devices (btrfs, overlay, tmpfs) have no sysfs entry.
         eprintln!(
             "sysfs facts for st_dev {:?}: {:?}",
-            dev_major_minor(meta.dev()),
+            major_minor(meta.dev()),
             sysfs_facts(meta.dev())
         );
         assert!(sysfs_facts(libc::makedev(0, 1)).is_none());

@@ -18,7 +18,10 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::{check_aligned, check_range, Backend, Device, DeviceInfo, IoCounters, Media, IO_ALIGN};
+use super::{
+    check_aligned, check_range, Backend, ClaimError, Device, DeviceClaim, DeviceId, DeviceInfo,
+    InUse, IoCounters, Media, IO_ALIGN,
+};
 
 /// Bytes per chunk (one lock, one lazy allocation).
 const CHUNK: usize = 1 << 20;
@@ -61,6 +64,8 @@ struct Inner {
     epoch: RwLock<()>,
     fail_writes: AtomicBool,
     fail_reads: AtomicBool,
+    /// Set while an open pool uses the device (shared by clones).
+    in_use: InUse,
 }
 
 /// In-memory [`Device`] with lazily allocated storage, a simulated power cut and
@@ -97,6 +102,8 @@ impl MemDevice {
             inner: Arc::new(Inner {
                 info: DeviceInfo {
                     path: format!("mem:{capacity}"),
+                    identity: DeviceId::unique(),
+                    volatile: false,
                     capacity,
                     logical_block_size: IO_ALIGN as u32,
                     physical_block_size: IO_ALIGN as u32,
@@ -116,6 +123,7 @@ impl MemDevice {
                 epoch: RwLock::new(()),
                 fail_writes: AtomicBool::new(false),
                 fail_reads: AtomicBool::new(false),
+                in_use: InUse::default(),
             }),
         }
     }
@@ -386,6 +394,11 @@ impl Device for MemDevice {
 
     fn counters(&self) -> &IoCounters {
         &self.inner.counters
+    }
+
+    /// One open pool at a time, across all clones of the device.
+    fn claim(&self) -> Result<DeviceClaim, ClaimError> {
+        self.inner.in_use.claim()
     }
 }
 

@@ -13,11 +13,14 @@
 //! `DeviceInfo::direct_io` says when it could not.
 
 mod aligned;
+mod claim;
 mod file;
 mod mem;
 pub mod sim;
 
 pub use aligned::{round_down64, round_up, round_up64, AlignedBuf, IO_ALIGN};
+pub(crate) use claim::InUse;
+pub use claim::{missing_device_note, on_volatile_fs, ClaimError, DeviceClaim, DeviceId};
 pub use file::{FileDevice, OpenOptions};
 pub use mem::MemDevice;
 pub use sim::{SimConfig, SimDevice};
@@ -120,6 +123,13 @@ impl Backend {
 pub struct DeviceInfo {
     /// Path it was opened from (or a name for memory devices).
     pub path: String,
+    /// The storage behind the device, whatever path named it: the same file
+    /// through a symlink or a hard link has the same identity.
+    pub identity: DeviceId,
+    /// True when the contents do not survive a reboot although `sync`
+    /// succeeds: a file on tmpfs or ramfs. (In-process devices model drives
+    /// and say false; they live only as long as the process anyway.)
+    pub volatile: bool,
     /// Usable bytes.
     pub capacity: u64,
     /// Logical block size (smallest addressable unit).
@@ -247,6 +257,14 @@ pub trait Device: Send + Sync {
 
     /// Cumulative I/O counters.
     fn counters(&self) -> &IoCounters;
+
+    /// Claim the device for one open pool until the returned claim is dropped:
+    /// a second claim (from another process, or another open in this one) is
+    /// refused with [`ClaimError::Busy`]. The default, for devices that cannot
+    /// be shared, claims nothing.
+    fn claim(&self) -> Result<DeviceClaim, ClaimError> {
+        Ok(DeviceClaim::unshared())
+    }
 }
 
 /// Check the alignment contract; returns an `InvalidInput` error when violated.

@@ -58,6 +58,30 @@ impl VfsError {
     }
 }
 
+impl VfsError {
+    /// The same error, to report again later (a write-back failure reported by the
+    /// file's next fsync); engine errors keep their message and errno.
+    pub(crate) fn again(&self) -> VfsError {
+        match self {
+            VfsError::NotFound => VfsError::NotFound,
+            VfsError::Exists => VfsError::Exists,
+            VfsError::NotEmpty => VfsError::NotEmpty,
+            VfsError::NotDir => VfsError::NotDir,
+            VfsError::IsDir => VfsError::IsDir,
+            VfsError::NameTooLong(n) => VfsError::NameTooLong(*n),
+            VfsError::Invalid(m) => VfsError::Invalid(m),
+            VfsError::FileTooLarge => VfsError::FileTooLarge,
+            VfsError::NoSpace(m) => VfsError::NoSpace(m.clone()),
+            VfsError::Corrupt(m) => VfsError::Corrupt(m.clone()),
+            VfsError::Engine(e) => VfsError::Engine(crate::Error::io(
+                "the file layer",
+                "writing buffered data",
+                std::io::Error::other(e.to_string()),
+            )),
+        }
+    }
+}
+
 impl From<crate::Error> for VfsError {
     fn from(e: crate::Error) -> VfsError {
         match e {

@@ -18,16 +18,21 @@
 //!
 //! The layer takes no dependency on FUSE; `masse-fuse` maps kernel requests to it.
 
+mod cache;
+mod data;
 mod dir;
 mod error;
 mod piece;
 mod read;
 mod record;
+mod space;
+mod writeout;
 
 pub use error::{VfsError, VfsResult};
-pub use record::{Kind, Time, VFS_VERSION};
+pub use record::{is_file_layer_key, Kind, Time, VFS_VERSION};
 
 use crate::{Db, WriteBatch};
+use cache::evictable;
 use dir::{bucket_count, DirPages};
 use parking_lot::{Condvar, Mutex, RwLock};
 use record::{
@@ -69,6 +74,10 @@ pub struct VfsOptions {
     /// A user who mounts a new pool expects to own its root, as with a freshly
     /// made file system they own; an existing file layer keeps its owner.
     pub root_owner: (u32, u32),
+    /// Inodes kept in DRAM when neither open nor holding buffered data: beyond
+    /// this, the least recently used clean ones are dropped (and read again from
+    /// the pool when needed), whether or not the kernel still remembers them.
+    pub max_cached_inodes: usize,
 }
 
 impl Default for VfsOptions {
@@ -79,6 +88,7 @@ impl Default for VfsOptions {
             max_dirty_total: 256 << 20,
             writeback_interval: Some(Duration::from_secs(5)),
             root_owner: (0, 0),
+            max_cached_inodes: 4096,
         }
     }
 }
@@ -100,7 +110,7 @@ pub struct Attr {
     pub nlink: u32,
     /// Size in bytes (directories: number of entries).
     pub size: u64,
-    /// 512-byte blocks (the size rounded up; holes are not subtracted).
+    /// 512-byte blocks allocated (holes take none; at most the size rounded up).
     pub blocks: u64,
     /// Preferred I/O size: the chunk size.
     pub blksize: u32,
@@ -143,10 +153,14 @@ pub struct DirEntry {
 /// Space and inode figures for `statfs`.
 #[derive(Clone, Debug)]
 pub struct StatFs {
-    /// Bytes of the capacity tier.
+    /// Bytes of records the capacity tier holds (every band's payload).
     pub total_bytes: u64,
-    /// Bytes not holding live records.
+    /// Bytes not holding live records (the reserve bands included).
     pub free_bytes: u64,
+    /// Bytes file data can still take: the engine's user-available space (reserve
+    /// bands left out) less buffered data not yet written. Writes of new data are
+    /// refused with ENOSPC beyond it.
+    pub avail_bytes: u64,
     /// Chunk size.
     pub block_size: u32,
     /// Inode numbers handed out so far.
@@ -172,6 +186,14 @@ pub struct VfsStats {
     pub namespace_ops: u64,
     /// Inodes purged (last link and last open gone).
     pub purged: u64,
+    /// Writes refused with ENOSPC before buffering (not enough free space).
+    pub writes_refused: u64,
+    /// Write-outs that failed; their data was dropped and the error reported.
+    pub writeout_errors: u64,
+    /// Clean inodes dropped from DRAM to keep the cache within its bound.
+    pub evictions: u64,
+    /// Inodes in DRAM now.
+    pub cached_inodes: u64,
 }
 
 #[derive(Default)]
@@ -183,6 +205,20 @@ struct Counters {
     flushed_bytes: AtomicU64,
     namespace_ops: AtomicU64,
     purged: AtomicU64,
+    writes_refused: AtomicU64,
+    writeout_errors: AtomicU64,
+    evictions: AtomicU64,
+}
+
+/// A buffered chunk.
+struct DirtyChunk {
+    /// Bytes from the chunk start (shorter = zeros after).
+    data: Vec<u8>,
+    /// The chunk had no record when buffered: writing it takes new space, which
+    /// was admitted against the pool's free space (`Shared::pending_new`).
+    new: bool,
+    /// Store it even if all zeros (space reserved by `fallocate`).
+    keep: bool,
 }
 
 struct NodeState {
@@ -190,8 +226,13 @@ struct NodeState {
     inode: Inode,
     /// The inode as last made durable.
     disk: Inode,
-    /// Buffered chunks: index → bytes from the chunk start (shorter = zeros after).
-    dirty: BTreeMap<u64, Vec<u8>>,
+    /// Buffered chunks by index.
+    dirty: BTreeMap<u64, DirtyChunk>,
+    /// How many of `dirty` are `new`.
+    new_dirty: u64,
+    /// A write-out that failed where no caller could be told (the write-back
+    /// thread, a last release): reported by the next write, flush or fsync.
+    wb_err: Option<VfsError>,
     attr_dirty: bool,
     dirty_since: Option<Instant>,
     /// Open handles (files).
@@ -205,6 +246,8 @@ struct NodeState {
 struct Node {
     ino: u64,
     st: RwLock<NodeState>,
+    /// Used since the cache last looked (CLOCK: a second chance before eviction).
+    used: AtomicBool,
 }
 
 struct Shared {
@@ -214,12 +257,22 @@ struct Shared {
     codec: piece::Codec,
     opts: VfsOptions,
     max_batch: usize,
+    /// Bytes per batch of a write-out or a chunk deletion: at most a quarter of a
+    /// band, so that rewriting data on a nearly full pool goes in steps GC can
+    /// follow (each step's dead copies make room for the next).
+    step: usize,
     nodes: Mutex<HashMap<u64, Arc<Node>>>,
     /// Serialises namespace changes (they are durable batches; data I/O does not take it).
     ns: Mutex<()>,
     ino: Mutex<(u64, u64)>,
     orphans: Mutex<Vec<u64>>,
     dirty_total: AtomicUsize,
+    /// Band room admitted for buffered new chunks not yet written.
+    pending_new: AtomicU64,
+    /// Band room one chunk record takes (`Db::record_room`).
+    chunk_room: u64,
+    /// The engine's user-available bytes and when they were read (`None`: stale).
+    space: Mutex<Option<(Instant, u64)>>,
     c: Counters,
     stop: (Mutex<bool>, Condvar),
 }
@@ -304,12 +357,23 @@ impl NodeState {
             gid: i.gid,
             nlink: i.nlink,
             size: i.size,
-            blocks: i.size.div_ceil(512),
+            blocks: self.blocks(cs),
             blksize: cs as u32,
             atime: i.atime,
             mtime: i.mtime,
             ctime: i.ctime,
         }
+    }
+    /// 512-byte blocks allocated: a file's stored and buffered-new chunks (holes
+    /// take none), never more than its size rounded up.
+    fn blocks(&self, cs: u64) -> u64 {
+        let i = &self.inode;
+        let size = i.size.div_ceil(512) * 512;
+        if i.kind != Kind::File {
+            return size / 512;
+        }
+        let chunks = i.stored_chunks.saturating_add(self.new_dirty);
+        chunks.saturating_mul(cs).min(size) / 512
     }
     fn live(&self) -> VfsResult<()> {
         if self.gone {
@@ -356,17 +420,31 @@ impl Vfs {
             Some(v) => decode_orphans(&v)?,
             None => Vec::new(),
         };
+        let codec = piece::Codec { piece: sup.piece };
+        // A full chunk's record as stored (with its piece checksums in format 2).
+        let chunk_room = db.record_room(
+            chunk_key(0, 0).len(),
+            codec.stored_len(sup.chunk_size as usize),
+        );
+        let step = (max_batch / 2)
+            .min(4 << 20)
+            .min((db.space().band_payload / 4) as usize)
+            .max(4096);
         let sh = Arc::new(Shared {
             db,
             cs: sup.chunk_size as u64,
-            codec: piece::Codec { piece: sup.piece },
+            codec,
             opts,
             max_batch,
+            step,
             nodes: Mutex::new(HashMap::new()),
             ns: Mutex::new(()),
             ino: Mutex::new((sup.ino_limit, sup.ino_limit)),
             orphans: Mutex::new(orphans.clone()),
             dirty_total: AtomicUsize::new(0),
+            pending_new: AtomicU64::new(0),
+            chunk_room,
+            space: Mutex::new(None),
             c: Counters::default(),
             stop: (Mutex::new(false), Condvar::new()),
         });
@@ -557,6 +635,8 @@ impl Vfs {
             if st.inode.nlink == 0 {
                 true
             } else {
+                // Normally nothing is left: `flush` wrote it at close. A failure
+                // here stays on the inode for the next writer to hear.
                 self.sh.flush_locked(ino, &mut st)?;
                 false
             }
@@ -605,7 +685,32 @@ impl Vfs {
         let n = self.sh.node(ino)?;
         let mut st = n.st.write();
         st.live()?;
-        self.sh.flush_locked(ino, &mut st)
+        self.sh.flush_for_caller(ino, &mut st)
+    }
+
+    /// Write the file's buffered data out now and report what went wrong with it,
+    /// including a failed background write-out since the last report (FUSE
+    /// `flush`, sent at every close: so a full pool reaches the writer at close at
+    /// the latest, not at the last release, whose errors the kernel drops).
+    pub fn flush(&self, ino: u64) -> VfsResult<()> {
+        let n = self.sh.node(ino)?;
+        let mut st = n.st.write();
+        if st.gone {
+            // Unlinked and purged while open: nothing is left to write.
+            return Ok(());
+        }
+        self.sh.flush_for_caller(ino, &mut st)
+    }
+
+    /// Allocate `[off, off + len)` of file `ino` (`posix_fallocate`), extending it
+    /// as needed: NoSpace at once if the space is not there; otherwise the range
+    /// holds stored chunks (of zeros where it had holes) when this returns, taken
+    /// out of the space other writes are admitted to.
+    pub fn fallocate(&self, ino: u64, off: u64, len: u64) -> VfsResult<()> {
+        let n = self.sh.node(ino)?;
+        let mut st = n.st.write();
+        st.live()?;
+        self.sh.fallocate_locked(ino, &mut st, off, len)
     }
 
     /// Make every file's buffered data durable.
@@ -615,29 +720,21 @@ impl Vfs {
 
     /// Drop `ino` from the DRAM cache if it is clean and not open (FUSE `forget`).
     pub fn forget(&self, ino: u64) {
-        if ino == ROOT_INO {
-            return;
-        }
         let mut t = self.sh.nodes.lock();
-        let evict = match t.get(&ino) {
-            Some(n) => match n.st.try_read() {
-                Some(st) => st.open == 0 && st.dirty.is_empty() && !st.attr_dirty,
-                None => false,
-            },
-            None => false,
-        };
-        if evict {
+        if t.get(&ino).is_some_and(|n| evictable(ino, n)) {
             t.remove(&ino);
         }
     }
 
     /// Space figures.
     pub fn statfs(&self) -> StatFs {
-        let s = self.sh.db.stats();
-        let total = s.band_size * s.bands_total as u64;
+        self.sh.space_stale();
+        let s = self.sh.db.space();
+        let total = s.band_payload * s.bands_total as u64;
         StatFs {
             total_bytes: total,
             free_bytes: total.saturating_sub(s.live_bytes),
+            avail_bytes: self.sh.avail_data_bytes(),
             block_size: self.sh.cs as u32,
             inodes_used: self.sh.ino.lock().0,
         }
@@ -655,6 +752,10 @@ impl Vfs {
             dirty_bytes: self.sh.dirty_total.load(Relaxed) as u64,
             namespace_ops: c.namespace_ops.load(Relaxed),
             purged: c.purged.load(Relaxed),
+            writes_refused: c.writes_refused.load(Relaxed),
+            writeout_errors: c.writeout_errors.load(Relaxed),
+            evictions: c.evictions.load(Relaxed),
+            cached_inodes: self.sh.nodes.lock().len() as u64,
         }
     }
 
@@ -685,40 +786,6 @@ impl Drop for Vfs {
 }
 
 impl Shared {
-    /// The node of `ino`, loading it on a miss. The table lock is held across the
-    /// load so that a load cannot race the removal of a purged inode.
-    fn node(&self, ino: u64) -> VfsResult<Arc<Node>> {
-        let mut t = self.nodes.lock();
-        if let Some(n) = t.get(&ino) {
-            return Ok(n.clone());
-        }
-        let v = self.db.get(&inode_key(ino))?.ok_or(VfsError::NotFound)?;
-        let mut inode = Inode::decode(&v)?;
-        if inode.kind == Kind::File && inode.alloc_chunks > chunks_of(inode.size, self.cs) {
-            // Chunks past the end survive a crash inside a truncate or a multi-batch
-            // write-out; they must not reappear if the file grows again.
-            let keep = chunks_of(inode.size, self.cs);
-            self.delete_chunks(ino, keep, inode.alloc_chunks)?;
-            inode.alloc_chunks = keep;
-            self.db.put(&inode_key(ino), &inode.encode())?;
-        }
-        let n = Arc::new(Node {
-            ino,
-            st: RwLock::new(NodeState {
-                disk: inode.clone(),
-                inode,
-                dirty: BTreeMap::new(),
-                attr_dirty: false,
-                dirty_since: None,
-                open: 0,
-                gone: false,
-                dir: None,
-            }),
-        });
-        t.insert(ino, n.clone());
-        Ok(n)
-    }
-
     fn load_pages(&self, ino: u64, inode: &Inode) -> VfsResult<DirPages> {
         let nb = bucket_count(inode.level, inode.split);
         let mut pages = Vec::with_capacity(nb as usize);
@@ -804,28 +871,6 @@ impl Shared {
             }
         }
         Ok(())
-    }
-
-    fn new_node(&self, ino: u64, inode: Inode) -> Arc<Node> {
-        let dir = (inode.kind == Kind::Dir).then(|| DirPages {
-            pages: vec![Vec::new()],
-            ..Default::default()
-        });
-        let n = Arc::new(Node {
-            ino,
-            st: RwLock::new(NodeState {
-                disk: inode.clone(),
-                inode,
-                dirty: BTreeMap::new(),
-                attr_dirty: false,
-                dirty_since: None,
-                open: 0,
-                gone: false,
-                dir,
-            }),
-        });
-        self.nodes.lock().insert(ino, n.clone());
-        n
     }
 
     /// create / mkdir / symlink.
@@ -1265,12 +1310,10 @@ impl Shared {
         if st.gone {
             return Ok(());
         }
-        let dropped = st.dirty_bytes(self.cs);
-        st.dirty.clear();
-        self.dirty_total
-            .fetch_sub(dropped.min(self.dirty_total.load(Relaxed)), Relaxed);
+        self.discard_dirty(&mut st, |_| true);
         st.attr_dirty = false;
         st.dirty_since = None;
+        st.wb_err = None;
         if st.inode.kind == Kind::File {
             let hi = st.disk.alloc_chunks.max(st.inode.alloc_chunks);
             self.delete_chunks(ino, 0, hi)?;
@@ -1303,342 +1346,5 @@ impl Shared {
         }
         std::mem::swap(&mut *o, &mut nv);
         Ok(())
-    }
-
-    /// Delete chunk records `from..to` of `ino`, skipping ones the index has never
-    /// seen, in batches.
-    fn delete_chunks(&self, ino: u64, from: u64, to: u64) -> VfsResult<()> {
-        let mut b = Batch::new();
-        let limit = (self.max_batch / 2).clamp(4096, 4 << 20);
-        for idx in from..to {
-            let k = chunk_key(ino, idx);
-            if !self.db.may_contain(&k).unwrap_or(true) {
-                continue;
-            }
-            b.del(&k)?;
-            if b.bytes >= limit {
-                std::mem::replace(&mut b, Batch::new()).commit(&self.db, self.max_batch)?;
-            }
-        }
-        if b.bytes > 0 {
-            b.commit(&self.db, self.max_batch)?;
-        }
-        Ok(())
-    }
-
-    fn read_chunk(&self, st: &NodeState, ino: u64, idx: u64) -> VfsResult<Option<Vec<u8>>> {
-        // Only bytes below the durable size are valid on disk (see `write_locked`).
-        let disk_size = st.disk.size;
-        let start = idx * self.cs;
-        if start >= disk_size {
-            return Ok(None);
-        }
-        self.c.chunk_reads.fetch_add(1, Relaxed);
-        let k = chunk_key(ino, idx);
-        match self.db.get(&k)? {
-            Some(v) => self
-                .durable_part(st, ino, idx, self.codec.decode(&k, v)?)
-                .map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// A stored chunk checked against the chunk size and clamped to the durable
-    /// size (see `write_locked`).
-    fn durable_part(
-        &self,
-        st: &NodeState,
-        ino: u64,
-        idx: u64,
-        mut v: Vec<u8>,
-    ) -> VfsResult<Vec<u8>> {
-        if v.len() as u64 > self.cs {
-            return Err(VfsError::Corrupt(format!(
-                "chunk {idx} of inode {ino} holds {} bytes, more than the chunk size",
-                v.len()
-            )));
-        }
-        let valid = (st.disk.size - idx * self.cs).min(self.cs) as usize;
-        v.truncate(valid);
-        Ok(v)
-    }
-
-    fn write_locked(&self, st: &mut NodeState, ino: u64, off: u64, data: &[u8]) -> VfsResult<()> {
-        match st.inode.kind {
-            Kind::File => {}
-            Kind::Dir => return Err(VfsError::IsDir),
-            Kind::Symlink => return Err(VfsError::Invalid("write to a symbolic link")),
-        }
-        let end = off
-            .checked_add(data.len() as u64)
-            .filter(|&e| e <= MAX_FILE_SIZE)
-            .ok_or(VfsError::FileTooLarge)?;
-        if data.is_empty() {
-            return Ok(());
-        }
-        let cs = self.cs;
-        let mut pos = off;
-        let before = st.dirty_bytes(self.cs);
-        while pos < end {
-            let idx = pos / cs;
-            let cstart = idx * cs;
-            let cend = (cstart + cs).min(end);
-            let o = (pos - cstart) as usize;
-            let n = (cend - pos) as usize;
-            if !st.dirty.contains_key(&idx) {
-                // A chunk wholly overwritten needs no read; otherwise merge with
-                // what is durable (clamped to the durable size: bytes past it are
-                // leftovers of an interrupted write-out).
-                let base = if o == 0 && n == cs as usize {
-                    Vec::with_capacity(cs as usize)
-                } else {
-                    let mut v = self.read_chunk(st, ino, idx)?.unwrap_or_default();
-                    // A chunk inside the file but past what was durable is a hole.
-                    let inside = st.inode.size.saturating_sub(cstart).min(cs) as usize;
-                    v.truncate(inside);
-                    v.reserve_exact(cs as usize - v.len());
-                    v
-                };
-                st.dirty.insert(idx, base);
-            }
-            if let Some(buf) = st.dirty.get_mut(&idx) {
-                if buf.len() < o + n {
-                    buf.resize(o + n, 0);
-                }
-                buf[o..o + n]
-                    .copy_from_slice(&data[(pos - off) as usize..(pos - off) as usize + n]);
-            }
-            pos = cend;
-        }
-        let now = Time::now();
-        let i = &mut st.inode;
-        i.size = i.size.max(end);
-        i.alloc_chunks = i.alloc_chunks.max(end.div_ceil(cs));
-        i.mtime = now;
-        i.ctime = now;
-        st.attr_dirty = true;
-        st.dirty_since.get_or_insert_with(Instant::now);
-        let after = st.dirty_bytes(self.cs);
-        if after >= before {
-            self.dirty_total.fetch_add(after - before, Relaxed);
-        }
-        if after > self.opts.max_dirty_per_file
-            || self.dirty_total.load(Relaxed) > self.opts.max_dirty_total
-        {
-            self.flush_locked(ino, st)?;
-        }
-        Ok(())
-    }
-
-    /// Write a file's buffered chunks and attributes. The inode goes in the last
-    /// batch; when the data needs several batches, the first raises the durable
-    /// `alloc_chunks` so that a crash in between leaves only chunks the next load
-    /// deletes (docs/vfile.md §5).
-    fn flush_locked(&self, ino: u64, st: &mut NodeState) -> VfsResult<()> {
-        if st.gone || (st.dirty.is_empty() && !st.attr_dirty) {
-            return Ok(());
-        }
-        let limit = (self.max_batch / 2).clamp(4096, 4 << 20);
-        let total: usize = st
-            .dirty
-            .values()
-            .map(|v| rec_cost(25, v.len()))
-            .sum::<usize>()
-            + 256;
-        let mut b = Batch::new();
-        if total > limit {
-            let mut first = st.disk.clone();
-            first.alloc_chunks = first.alloc_chunks.max(st.inode.alloc_chunks);
-            b.put(&inode_key(ino), &first.encode())?;
-        }
-        let mut written = 0u64;
-        let mut nchunks = 0u64;
-        for (&idx, v) in &st.dirty {
-            let k = chunk_key(ino, idx);
-            if v.iter().all(|&x| x == 0) {
-                // All zeros: a hole costs a tombstone instead of a chunk.
-                if self.db.may_contain(&k).unwrap_or(true) {
-                    b.del(&k)?;
-                    nchunks += 1;
-                }
-            } else {
-                b.put(&k, &self.codec.encode(&k, v))?;
-                written += v.len() as u64;
-                nchunks += 1;
-            }
-            if b.bytes >= limit {
-                std::mem::replace(&mut b, Batch::new()).commit(&self.db, self.max_batch)?;
-            }
-        }
-        b.put(&inode_key(ino), &st.inode.encode())?;
-        b.commit(&self.db, self.max_batch)?;
-        let dropped = st.dirty_bytes(self.cs);
-        st.dirty.clear();
-        self.dirty_total
-            .fetch_sub(dropped.min(self.dirty_total.load(Relaxed)), Relaxed);
-        st.disk = st.inode.clone();
-        st.attr_dirty = false;
-        st.dirty_since = None;
-        self.c.flushes.fetch_add(1, Relaxed);
-        self.c.flushed_bytes.fetch_add(written, Relaxed);
-        self.c.chunk_writes.fetch_add(nchunks, Relaxed);
-        Ok(())
-    }
-
-    fn setattr(&self, ino: u64, a: &SetAttr) -> VfsResult<Attr> {
-        let n = self.node(ino)?;
-        let mut st = n.st.write();
-        st.live()?;
-        if let Some(size) = a.size {
-            match st.inode.kind {
-                Kind::File => {}
-                Kind::Dir => return Err(VfsError::IsDir),
-                Kind::Symlink => return Err(VfsError::Invalid("truncate of a symbolic link")),
-            }
-            if size > MAX_FILE_SIZE {
-                return Err(VfsError::FileTooLarge);
-            }
-            self.truncate_locked(ino, &mut st, size)?;
-        }
-        let now = Time::now();
-        let meta = a.perm.is_some()
-            || a.uid.is_some()
-            || a.gid.is_some()
-            || a.atime.is_some()
-            || a.mtime.is_some();
-        if meta {
-            {
-                let i = &mut st.inode;
-                if let Some(p) = a.perm {
-                    i.perm = p & 0o7777;
-                }
-                if let Some(u) = a.uid {
-                    i.uid = u;
-                }
-                if let Some(g) = a.gid {
-                    i.gid = g;
-                }
-                if let Some(t) = a.atime {
-                    i.atime = t;
-                }
-                if let Some(t) = a.mtime {
-                    i.mtime = t;
-                }
-                i.ctime = now;
-            }
-            // Attribute changes are durable on return: write the durable inode with
-            // them (buffered data and its size stay buffered).
-            let mut d = st.disk.clone();
-            d.perm = st.inode.perm;
-            d.uid = st.inode.uid;
-            d.gid = st.inode.gid;
-            d.atime = st.inode.atime;
-            d.mtime = st.inode.mtime;
-            d.ctime = st.inode.ctime;
-            self.db.put(&inode_key(ino), &d.encode())?;
-            st.disk = d;
-        }
-        Ok(st.attr(ino, self.cs))
-    }
-
-    fn truncate_locked(&self, ino: u64, st: &mut NodeState, size: u64) -> VfsResult<()> {
-        let now = Time::now();
-        let cs = self.cs;
-        if size >= st.inode.size {
-            // Growing: the new range is a hole. Chunks past the durable size read
-            // as zeros (read_chunk clamps), so nothing is written but the size.
-            st.inode.size = size;
-            st.inode.mtime = now;
-            st.inode.ctime = now;
-            st.attr_dirty = true;
-            st.dirty_since.get_or_insert_with(Instant::now);
-            return Ok(());
-        }
-        let keep = chunks_of(size, cs);
-        let before = st.dirty_bytes(self.cs);
-        st.dirty.retain(|&i, _| i < keep);
-        let tail = (size % cs) as usize;
-        if tail != 0 {
-            let idx = size / cs;
-            if !st.dirty.contains_key(&idx) {
-                if let Some(v) = self.read_chunk(st, ino, idx)? {
-                    st.dirty.insert(idx, v);
-                }
-            }
-            if let Some(v) = st.dirty.get_mut(&idx) {
-                v.truncate(tail);
-            }
-        }
-        let after = st.dirty_bytes(self.cs);
-        if after >= before {
-            self.dirty_total.fetch_add(after - before, Relaxed);
-        } else {
-            self.dirty_total.fetch_sub(
-                (before - after).min(self.dirty_total.load(Relaxed)),
-                Relaxed,
-            );
-        }
-        st.inode.size = size;
-        st.inode.mtime = now;
-        st.inode.ctime = now;
-        st.attr_dirty = true;
-        // Shrinking is durable on return: the new size first (with the old
-        // alloc_chunks, so a crash leaves the cut chunks to the next load to
-        // delete), then the chunks past the end, then the lowered alloc_chunks.
-        self.flush_locked(ino, st)?;
-        let hi = st.disk.alloc_chunks;
-        if hi > keep {
-            self.delete_chunks(ino, keep, hi)?;
-            st.inode.alloc_chunks = keep;
-            let mut d = st.disk.clone();
-            d.alloc_chunks = keep;
-            self.db.put(&inode_key(ino), &d.encode())?;
-            st.disk = d;
-        }
-        Ok(())
-    }
-
-    /// Write out files whose buffered data is older than `age` (all with `None`).
-    fn flush_older(&self, age: Option<Duration>) -> VfsResult<()> {
-        let nodes: Vec<Arc<Node>> = self.nodes.lock().values().cloned().collect();
-        let mut first_err = None;
-        for n in nodes {
-            let due = {
-                let st = n.st.read();
-                match (st.dirty_since, age) {
-                    (None, _) => st.attr_dirty && age.is_none(),
-                    (Some(_), None) => true,
-                    (Some(t), Some(a)) => t.elapsed() >= a,
-                }
-            };
-            if due {
-                let mut st = n.st.write();
-                if let Err(e) = self.flush_locked(n.ino, &mut st) {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    fn writeback_loop(&self, interval: Duration) {
-        let tick = (interval / 5).max(Duration::from_millis(100));
-        loop {
-            {
-                let mut s = self.stop.0.lock();
-                if *s {
-                    return;
-                }
-                self.stop.1.wait_for(&mut s, tick);
-                if *s {
-                    return;
-                }
-            }
-            // A failure here stays buffered and is reported by the next fsync.
-            let _ = self.flush_older(Some(interval));
-        }
     }
 }

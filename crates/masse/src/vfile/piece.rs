@@ -42,6 +42,14 @@ impl Codec {
         self.piece as usize + CRC
     }
 
+    /// Bytes of the stored value of a chunk holding `n` bytes.
+    pub fn stored_len(&self, n: usize) -> usize {
+        if !self.pieces() {
+            return n;
+        }
+        n.div_ceil(self.piece as usize) * self.stride()
+    }
+
     /// The stored value of a chunk holding `data`.
     pub fn encode(&self, key: &[u8], data: &[u8]) -> Vec<u8> {
         if !self.pieces() {
@@ -123,6 +131,7 @@ mod tests {
         let data: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
         let v = C.encode(key, &data);
         assert_eq!(v.len(), 5 * 1028);
+        assert_eq!(v.len(), C.stored_len(data.len()));
         let back = C.decode(key, v.clone()).unwrap();
         assert_eq!(&back[..5000], &data[..]);
         assert!(back[5000..].iter().all(|&b| b == 0));

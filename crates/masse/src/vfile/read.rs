@@ -94,7 +94,7 @@ impl Shared {
             let (at, src): (usize, &[u8]) = match st.dirty.get(&idx) {
                 Some(b) => {
                     self.c.buffer_hits.fetch_add(1, Relaxed);
-                    (0, b)
+                    (0, &b.data)
                 }
                 None => parts.get(&idx).map_or((0, &[][..]), |p| (p.at, &p.data)),
             };

@@ -17,6 +17,12 @@ const PREFIX: &[u8; 3] = b"\0vf";
 pub const VFS_VERSION: u32 = 2;
 const SUPER_MAGIC: &[u8; 8] = b"MASSE-VF";
 
+/// Whether `k` is the key of a file-layer record (a tool that lists a pool's
+/// keys tells them apart from key-value users' keys with this).
+pub fn is_file_layer_key(k: &[u8]) -> bool {
+    k.starts_with(PREFIX)
+}
+
 fn key(tag: u8, parts: &[&[u8]]) -> Vec<u8> {
     let mut k = Vec::with_capacity(4 + parts.iter().map(|p| p.len()).sum::<usize>());
     k.extend_from_slice(PREFIX);
@@ -251,7 +257,14 @@ pub struct Inode {
     pub split: u32,
     /// Symlinks: the target.
     pub target: Vec<u8>,
+    /// Files: how many chunk records exist (holes excluded), for `st_blocks`;
+    /// [`STORED_UNKNOWN`] until counted (records written before the field existed,
+    /// or the first batch of a write-out a crash may cut short).
+    pub stored_chunks: u64,
 }
+
+/// `Inode::stored_chunks` when the count must be taken again from the index.
+pub const STORED_UNKNOWN: u64 = u64::MAX;
 
 impl Inode {
     /// A new inode of `kind` with all times set to now.
@@ -272,6 +285,7 @@ impl Inode {
             level: 0,
             split: 0,
             target: Vec::new(),
+            stored_chunks: 0,
         }
     }
 
@@ -294,6 +308,9 @@ impl Inode {
         }
         v.extend_from_slice(&self.parent.to_le_bytes());
         v.extend_from_slice(&self.target);
+        // Appended after the variable part: older builds ignore it, and records
+        // they wrote decode as "unknown".
+        v.extend_from_slice(&self.stored_chunks.to_le_bytes());
         v
     }
 
@@ -321,6 +338,11 @@ impl Inode {
         }
         let parent = r.u64()?;
         let target = r.take(tlen)?.to_vec();
+        let stored_chunks = if r.b.len() >= 8 {
+            r.u64()?
+        } else {
+            STORED_UNKNOWN
+        };
         if level > 31 || (kind == Kind::Dir && split as u64 >= 1u64 << level) {
             return Err(corrupt("directory hashing state"));
         }
@@ -339,6 +361,7 @@ impl Inode {
             level,
             split,
             target,
+            stored_chunks,
         })
     }
 }
@@ -423,8 +446,14 @@ mod tests {
         i.target = b"../x".to_vec();
         i.size = 4;
         i.atime = Time::from_system(std::time::UNIX_EPOCH - std::time::Duration::new(5, 7));
+        i.stored_chunks = 7;
         assert_eq!(Inode::decode(&i.encode()).unwrap(), i);
         assert!(Inode::decode(&i.encode()[..20]).is_err());
+        // A record of a build without the chunk count: the count is unknown.
+        let old = i.encode();
+        let mut want = i.clone();
+        want.stored_chunks = STORED_UNKNOWN;
+        assert_eq!(Inode::decode(&old[..old.len() - 8]).unwrap(), want);
     }
 
     #[test]

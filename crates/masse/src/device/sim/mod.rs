@@ -30,7 +30,10 @@ pub use faults::{FaultConfig, FaultCounters};
 pub use ftl::FtlCounters;
 pub use profile::{Profile, ProfileKind};
 
-use super::{check_aligned, check_range, Backend, Device, DeviceInfo, IoCounters, IO_ALIGN};
+use super::{
+    check_aligned, check_range, Backend, ClaimError, Device, DeviceClaim, DeviceId, DeviceInfo,
+    InUse, IoCounters, IO_ALIGN,
+};
 use faults::{block_flip_probability, Rng};
 use ftl::Ftl;
 use hdrhistogram::Histogram;
@@ -348,6 +351,8 @@ struct Inner {
     fail_writes: AtomicBool,
     /// Writes still allowed before every write fails (u64::MAX = unlimited).
     write_budget: AtomicU64,
+    /// Set while an open pool uses the drive (shared by clones).
+    in_use: InUse,
 }
 
 /// An emulated SSD. Cloning yields another handle on the same drive, so a test
@@ -432,6 +437,8 @@ impl SimDevice {
         let path = cfg.name.clone().unwrap_or_else(|| cfg.spec());
         let info = DeviceInfo {
             path,
+            identity: DeviceId::unique(),
+            volatile: false,
             capacity,
             logical_block_size: IO_ALIGN as u32,
             physical_block_size: profile.iu.max(IO_ALIGN as u32),
@@ -468,6 +475,7 @@ impl SimDevice {
                 fail_reads: AtomicBool::new(false),
                 fail_writes: AtomicBool::new(false),
                 write_budget: AtomicU64::new(u64::MAX),
+                in_use: InUse::default(),
             }),
         })
     }
@@ -886,5 +894,10 @@ impl Device for SimDevice {
 
     fn counters(&self) -> &IoCounters {
         &self.inner.counters
+    }
+
+    /// One open pool at a time, across all clones of the device.
+    fn claim(&self) -> Result<DeviceClaim, ClaimError> {
+        self.inner.in_use.claim()
     }
 }

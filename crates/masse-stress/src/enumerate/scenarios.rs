@@ -1,0 +1,401 @@
+//! The scenarios crash points are enumerated in: deterministic operation
+//! lists on small pools, each built to cross a boundary where crash
+//! consistency is hard (segment and band ends, GC, checkpoints, the pad's
+//! wrap, in-place updates, capacity-only seals). A few steps adapt to the
+//! pool's band table (e.g. "fill until the open segment is the band's last"),
+//! which the engine decides deterministically for a single writer; the
+//! operations actually performed are what the trace records.
+
+use super::script::{Recorded, Script, Setup, Write};
+use crate::workload::Violation;
+
+/// A scenario.
+pub struct Scenario {
+    /// Name (`--scenario`).
+    pub name: &'static str,
+    /// What it exercises.
+    pub about: &'static str,
+    /// Modes it runs in.
+    pub modes: &'static [&'static str],
+    /// The pool for a mode.
+    pub setup: fn(&str) -> Setup,
+    /// The operations; `scale` ≥ 1 repeats or lengthens them.
+    pub script: fn(&mut Script, u32) -> Result<(), Violation>,
+}
+
+impl Scenario {
+    /// Runs the scenario once on recording devices.
+    pub fn record(&self, mode: &str, scale: u32) -> Result<Recorded, Violation> {
+        let mut s = Script::create(&(self.setup)(mode))?;
+        (self.script)(&mut s, scale.max(1))?;
+        s.finish()
+    }
+}
+
+const ALL: &[&str] = &["tiered", "capacity-only", "scm-only"];
+
+/// Every scenario.
+pub fn all() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "batch-segments",
+            about: "batches (with deletes) across segment boundaries, checkpoints between steps",
+            modes: ALL,
+            setup: Setup::small,
+            script: batch_segments,
+        },
+        Scenario {
+            name: "batch-band-gc",
+            about: "a batch across a band boundary; its last key overwritten; GC frees that band",
+            modes: ALL,
+            setup: Setup::small,
+            script: batch_band_gc,
+        },
+        Scenario {
+            name: "seal",
+            about: "overwrites that seal a segment every few writes (capacity-only tail + footer)",
+            modes: &["capacity-only", "scm-only"],
+            setup: Setup::small,
+            script: seal,
+        },
+        Scenario {
+            name: "checkpoint-gc",
+            about: "overwrites, deletes, GC relocating live records, checkpoints, a clean reopen",
+            modes: ALL,
+            setup: Setup::small,
+            script: checkpoint_gc,
+        },
+        Scenario {
+            name: "concurrent",
+            about: "several writers at once: group commits with several writes in flight",
+            modes: ALL,
+            setup: Setup::small,
+            script: concurrent,
+        },
+        Scenario {
+            name: "scm-inplace",
+            about: "in-place updates of sealed records, size changes, deletes, GC",
+            modes: &["scm-only"],
+            setup: scm_setup,
+            script: scm_inplace,
+        },
+        Scenario {
+            name: "pad-wrap",
+            about: "the write pad wraps around (tiered, smallest pad), GC keeps up",
+            modes: &["tiered"],
+            setup: pad_setup,
+            script: pad_wrap,
+        },
+    ]
+}
+
+/// The scenario names and what they do, for `--help`-style listings.
+pub fn list() -> Vec<(&'static str, &'static str, &'static [&'static str])> {
+    all().iter().map(|s| (s.name, s.about, s.modes)).collect()
+}
+
+fn scm_setup(mode: &str) -> Setup {
+    Setup {
+        segment: 8 << 10,
+        band: 4096 + 16 * (8 << 10),
+        ..Setup::small(mode)
+    }
+}
+
+fn pad_setup(mode: &str) -> Setup {
+    Setup {
+        fast_size: 40 << 20, // the smallest pad: 32 MiB
+        cap_size: 24 << 20,
+        segment: 64 << 10,
+        band: 4096 + 16 * (64 << 10),
+        ..Setup::small(mode)
+    }
+}
+
+fn batch_segments(s: &mut Script, scale: u32) -> Result<(), Violation> {
+    for r in 0..scale {
+        let b = r * 100;
+        for k in 0..6 {
+            s.put(b + k, 200 + 900 * k)?;
+        }
+        // 4 × 9 KiB: more than a 32 KiB segment.
+        s.batch(&[
+            (b + 1, Some(9000)),
+            (b + 2, Some(9000)),
+            (b + 7, Some(9000)),
+            (b + 8, Some(9000)),
+        ])?;
+        s.checkpoint()?;
+        s.batch(&[
+            (b, None),
+            (b + 10, Some(6000)),
+            (b + 11, Some(12000)),
+            (b + 3, None),
+            (b + 12, Some(9000)),
+        ])?;
+        s.put(b + 4, 3000)?;
+        s.batch(&[
+            (b + 5, Some(20)),
+            (b + 13, Some(25000)),
+            (b + 14, Some(100)),
+        ])?;
+        s.delete(b + 1)?;
+        s.checkpoint()?;
+        s.batch(&[
+            (b + 10, None),
+            (b + 15, Some(18000)),
+            (b + 16, Some(15000)),
+            (b + 2, None),
+        ])?;
+        s.put(b + 7, 500)?;
+    }
+    Ok(())
+}
+
+/// The open band and its open segment (slot in band, free bytes), if any.
+fn open_segment(s: &Script) -> Result<Option<(u32, usize, u32)>, Violation> {
+    for b in s.bands()? {
+        if b.state != "open" {
+            continue;
+        }
+        if let Some((i, seg)) = b
+            .segments
+            .iter()
+            .enumerate()
+            .find(|(_, g)| g.use_state == "open")
+        {
+            return Ok(Some((b.band, i, seg.free_size)));
+        }
+    }
+    Ok(None)
+}
+
+fn open_band(s: &Script) -> Result<Option<u32>, Violation> {
+    Ok(s.bands()?
+        .iter()
+        .find(|b| b.state == "open")
+        .map(|b| b.band))
+}
+
+/// Puts filler keys `first, first+1, …` (14 000 bytes: two to a segment)
+/// until `done`; returns them.
+fn fill_until(
+    s: &mut Script,
+    first: u32,
+    mut done: impl FnMut(&Script) -> Result<bool, Violation>,
+) -> Result<Vec<u32>, Violation> {
+    let mut keys = Vec::new();
+    while !done(s)? {
+        if keys.len() > 400 {
+            return Err(Violation("scenario: filling never reached its goal".into()));
+        }
+        let k = first + keys.len() as u32;
+        s.put(k, 14_000)?;
+        keys.push(k);
+    }
+    Ok(keys)
+}
+
+/// The reported defect 1: the batch's first record ends band A, its last
+/// starts band B; the last key is overwritten, B empties, GC frees B.
+fn batch_band_gc(s: &mut Script, scale: u32) -> Result<(), Violation> {
+    for r in 0..scale + 1 {
+        let b = r * 1000;
+        let (k, l) = (b + 1, b + 2);
+        s.put(k, 300)?;
+        s.put(l, 300)?;
+        // The open segment must be its band's last, with room for K but not for K and L.
+        fill_until(s, b + 10, |s| {
+            let spb = s.bands()?.first().map_or(0, |x| x.segments.len());
+            Ok(open_segment(s)?.is_some_and(|(_, i, free)| i + 1 == spb && free > 4500))
+        })?;
+        let band_a = open_band(s)?;
+        // Even rounds put K, odd rounds delete it (a delete must not come back either).
+        s.batch(&[(k, (r % 2 == 0).then_some(4000)), (l, Some(30000))])?;
+        let band_b = open_band(s)?;
+        if band_b == band_a {
+            return Err(Violation(
+                "scenario: the batch did not cross a band boundary".into(),
+            ));
+        }
+        let fillers = fill_until(s, b + 500, |s| Ok(open_band(s)? != band_b))?;
+        s.put(l, 200)?; // the batch's last record is now dead
+        for f in fillers {
+            s.put(f, 100)?; // band B holds nothing live now
+        }
+        if r % 2 == 1 {
+            s.checkpoint()?;
+        }
+        s.flush()?; // a band with segments in flight is no GC victim
+        s.gc()?;
+        let freed = s
+            .bands()?
+            .iter()
+            .any(|x| Some(x.band) == band_b && x.state == "free");
+        if !freed {
+            let table: Vec<String> = s
+                .bands()?
+                .iter()
+                .filter(|x| x.state != "free")
+                .map(|x| format!("{} {} live {}", x.band, x.state, x.live_bytes))
+                .collect();
+            return Err(Violation(format!(
+                "scenario: GC did not free the batch's second band {band_b:?}: {}",
+                table.join(", ")
+            )));
+        }
+        s.put(b + 3, 500)?;
+        s.batch(&[(b + 4, Some(700)), (b + 5, Some(800))])?;
+        if r % 2 == 0 {
+            s.checkpoint()?;
+        }
+        s.put(b + 6, 900)?;
+    }
+    Ok(())
+}
+
+/// Overwrites of ~6–9 KiB: a 32 KiB segment seals every few writes, and
+/// each seal writes the segment's tail and footer together.
+fn seal(s: &mut Script, scale: u32) -> Result<(), Violation> {
+    for k in 0..8 {
+        s.put(k, 300)?;
+    }
+    for i in 0..12 * scale {
+        s.put(i % 8, 6000 + (i % 4) * 1000)?;
+        if i % 5 == 4 {
+            s.batch(&[
+                (i % 8, Some(5000)),
+                ((i + 3) % 8, Some(4000)),
+                (8 + i, Some(3000)),
+            ])?;
+        }
+    }
+    s.checkpoint()?;
+    for i in 0..4 {
+        s.put(i, 8000)?;
+    }
+    Ok(())
+}
+
+fn checkpoint_gc(s: &mut Script, scale: u32) -> Result<(), Violation> {
+    let n = 24 * scale;
+    for k in 0..n {
+        s.put(k, 5000 + (k % 5) * 700)?;
+    }
+    for k in (0..n).step_by(2) {
+        s.put(k, 4000)?; // half of every early band is dead now
+    }
+    s.checkpoint()?;
+    s.gc()?;
+    for k in (1..n).step_by(6) {
+        s.delete(k)?;
+    }
+    s.gc()?;
+    s.checkpoint()?;
+    s.batch(&[(3, Some(9000)), (5, None), (n + 1, Some(12000))])?;
+    s.reopen()?;
+    for k in (0..n).step_by(3) {
+        s.put(k, 6000)?;
+    }
+    s.gc()?;
+    s.put(n + 2, 300)?;
+    Ok(())
+}
+
+fn concurrent(s: &mut Script, scale: u32) -> Result<(), Violation> {
+    for r in 0..3 * scale {
+        let b = (r % 3) * 20;
+        s.concurrent(&[
+            Write::Put(b, 7000 + r * 300),
+            Write::Put(b + 1, 9000),
+            Write::Batch(vec![
+                (b + 2, Some(8000)),
+                (b + 3, Some(11000)),
+                (b + 4, None),
+            ]),
+            Write::Delete(b + 5),
+        ])?;
+        s.concurrent(&[
+            Write::Batch(vec![(b + 5, Some(4000)), (b + 6, Some(13000))]),
+            Write::Put(b + 7, 300),
+            Write::Put(b + 8, 20000),
+        ])?;
+        if r == 1 {
+            s.checkpoint()?;
+        }
+    }
+    s.gc()?;
+    Ok(())
+}
+
+/// scm-only: lone puts of an unchanged size overwrite sealed records in place.
+fn scm_inplace(s: &mut Script, scale: u32) -> Result<(), Violation> {
+    for k in 0..24 {
+        s.put(k, 1000 + (k % 3) * 100)?;
+    }
+    s.flush()?;
+    for i in 0..16 * scale {
+        let k = i % 12;
+        s.put(k, 1000 + (k % 3) * 100)?; // same size: in place
+    }
+    s.put(12, 2500)?; // another size: appended
+    s.delete(13)?;
+    s.batch(&[(14, Some(1000)), (15, Some(1100))])?;
+    s.checkpoint()?;
+    for k in 0..6 {
+        s.put(k, 1000 + (k % 3) * 100)?;
+    }
+    s.gc()?;
+    s.put(1, 1100)?;
+    Ok(())
+}
+
+/// Writes until the pad wraps: 32 MiB of 60 KB batches; GC reclaims as the
+/// same keys are overwritten. The focus is the batches around the wrap.
+fn pad_wrap(s: &mut Script, scale: u32) -> Result<(), Violation> {
+    let pad = 32u64 << 20;
+    let batch = 61_440; // a 60 000-byte value's batch, rounded to 4 KiB
+    for i in 0..(600 * scale) {
+        let pos = s.db()?.stats().pad_bytes_written % pad;
+        let near = pos + 4 * batch >= pad || pos < 2 * batch;
+        if near {
+            s.focus(true);
+        } else {
+            s.focus(false);
+        }
+        if near && i % 3 == 0 {
+            s.batch(&[(i % 16, Some(30_000)), (16 + i % 8, Some(29_000))])?;
+        } else {
+            s.put(i % 24, 60_000)?;
+        }
+        if i % 10 == 9 {
+            s.gc()?;
+        }
+    }
+    s.focus(false);
+    Ok(())
+}
+
+/// What a continued run does after a crash: overwrites, a batch with a
+/// delete, GC, a checkpoint, more writes (then the clean close).
+pub fn follow_up(s: &mut Script) -> Result<(), Violation> {
+    let keys: Vec<u32> = s.state().keys().copied().collect();
+    let pick: Vec<u32> = (0..6)
+        .filter_map(|j| keys.get(j * keys.len().max(1) / 6).copied())
+        .collect();
+    for (j, &k) in pick.iter().enumerate() {
+        s.put(k, 200 + 3000 * j as u32)?;
+    }
+    let fresh = keys.last().map_or(0, |k| k + 1);
+    if pick.len() >= 2 {
+        s.batch(&[(pick[0], None), (pick[1], Some(9000)), (fresh, Some(20000))])?;
+    }
+    s.flush()?;
+    s.gc()?;
+    s.checkpoint()?;
+    s.put(fresh + 1, 700)?;
+    if let Some(&k) = pick.get(2) {
+        s.put(k, 5000)?;
+    }
+    Ok(())
+}
