@@ -145,8 +145,13 @@ link_plugins() {
         local name dest
         name=$(basename "$P"); dest=$SRC/plugin/$name
         [ -f "$P/CMakeLists.txt" ] || { say "plugin $P has no CMakeLists.txt (see $SRC/PLUGINS.md)"; exit 1; }
-        if [ -e "$dest" ] && [ "$(readlink -f "$dest")" != "$P" ]; then
-            say "$dest already exists and is not a link to $P"; exit 1
+        # A link from another checkout of the same plugin is re-pointed (the build
+        # dir is shared by every checkout on the machine); a real directory is not ours.
+        if [ -e "$dest" ] && [ ! -L "$dest" ]; then
+            say "$dest already exists and is not a link to a plugin checkout"; exit 1
+        fi
+        if [ -L "$dest" ] && [ "$(readlink -f "$dest")" != "$P" ]; then
+            say "re-pointing $dest from $(readlink -f "$dest") to $P"
         fi
         ln -sfn "$P" "$dest"
     done

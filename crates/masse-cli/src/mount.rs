@@ -37,9 +37,11 @@ pub struct MountArgs {
     pub allow_other: bool,
 
     /// Chunk size of file data records, used only when the pool has no file layer
-    /// yet (the first mount creates it): a power of two from 4K to 1M. Smaller
-    /// chunks make small random reads cheaper; larger ones cost fewer records.
-    /// Default: 16K.
+    /// yet (the first mount creates it): a power of two from 4K to 1M. Reads fetch
+    /// only the 1 KiB pieces they need whatever the size; an fsync rewrites the
+    /// file's partly written tail chunk, so small synced writes (a database WAL)
+    /// favour small chunks, large sequential files larger ones. Database files
+    /// (RocksDB, SQLite): keep 16K. Default: 16K (docs/vfile.md, "Chunks").
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     pub chunk_size: Option<u64>,
 

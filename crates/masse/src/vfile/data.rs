@@ -1,5 +1,5 @@
-//! The file-data path: reads, buffered writes, write-outs, truncation and the
-//! write-back thread (docs/vfile.md §3).
+//! The file-data path: buffered writes, write-outs, truncation and the
+//! write-back thread (docs/vfile.md §3); reads are in `read.rs`.
 
 use super::record::{chunk_key, inode_key};
 use super::*;
@@ -70,8 +70,11 @@ impl Shared {
             return Ok(None);
         }
         self.c.chunk_reads.fetch_add(1, Relaxed);
-        match self.db.get(&chunk_key(ino, idx))? {
-            Some(v) => self.durable_part(st, ino, idx, v).map(Some),
+        let k = chunk_key(ino, idx);
+        match self.db.get(&k)? {
+            Some(v) => self
+                .durable_part(st, ino, idx, self.codec.decode(&k, v)?)
+                .map(Some),
             None => Ok(None),
         }
     }
@@ -94,75 +97,6 @@ impl Shared {
         let valid = (st.disk.size - idx * self.cs).min(self.cs) as usize;
         v.truncate(valid);
         Ok(v)
-    }
-
-    pub(super) fn read_locked(
-        &self,
-        st: &NodeState,
-        ino: u64,
-        off: u64,
-        len: usize,
-    ) -> VfsResult<Vec<u8>> {
-        match st.inode.kind {
-            Kind::File => {}
-            Kind::Dir => return Err(VfsError::IsDir),
-            Kind::Symlink => return Err(VfsError::Invalid("read of a symbolic link")),
-        }
-        let size = st.inode.size;
-        if off >= size || len == 0 {
-            return Ok(Vec::new());
-        }
-        let end = size.min(off.saturating_add(len as u64));
-        let mut out = vec![0u8; (end - off) as usize];
-        let cs = self.cs;
-        // The chunks to fetch from the engine, all at once: a read spanning several
-        // chunks (a compaction read, read-ahead, a block across a chunk boundary)
-        // then waits for about one device read instead of one per chunk.
-        let (first, last) = (off / cs, (end - 1) / cs);
-        let wanted: Vec<u64> = (first..=last)
-            .filter(|i| !st.dirty.contains_key(i) && i * cs < st.disk.size)
-            .collect();
-        let fetched = self.read_chunks(st, ino, &wanted)?;
-        for Span { idx, o, n, at } in spans(off, end, cs) {
-            let dst = &mut out[at..at + n];
-            let data: Option<&[u8]> = if let Some(b) = st.dirty.get(&idx) {
-                self.c.buffer_hits.fetch_add(1, Relaxed);
-                Some(&b.data)
-            } else {
-                wanted
-                    .binary_search(&idx)
-                    .ok()
-                    .and_then(|j| fetched[j].as_deref())
-            };
-            if let Some(d) = data {
-                if o < d.len() {
-                    let m = n.min(d.len() - o);
-                    dst[..m].copy_from_slice(&d[o..o + m]);
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Chunks `idxs` of `ino` (each below the durable size) in one engine call;
-    /// `None` for a hole. The same checks as [`Shared::read_chunk`].
-    pub(super) fn read_chunks(
-        &self,
-        st: &NodeState,
-        ino: u64,
-        idxs: &[u64],
-    ) -> VfsResult<Vec<Option<Vec<u8>>>> {
-        if idxs.len() <= 1 {
-            return idxs.iter().map(|&i| self.read_chunk(st, ino, i)).collect();
-        }
-        self.c.chunk_reads.fetch_add(idxs.len() as u64, Relaxed);
-        let keys: Vec<Vec<u8>> = idxs.iter().map(|&i| chunk_key(ino, i)).collect();
-        let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-        let vals = self.db.get_many(&refs)?;
-        idxs.iter()
-            .zip(vals)
-            .map(|(&idx, v)| v.map(|v| self.durable_part(st, ino, idx, v)).transpose())
-            .collect()
     }
 
     pub(super) fn write_locked(

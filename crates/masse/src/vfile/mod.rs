@@ -22,6 +22,8 @@ mod cache;
 mod data;
 mod dir;
 mod error;
+mod piece;
+mod read;
 mod record;
 mod space;
 mod writeout;
@@ -251,6 +253,8 @@ struct Node {
 struct Shared {
     db: Arc<Db>,
     cs: u64,
+    /// Layout of chunk values (piece checksums from format 2 on).
+    codec: piece::Codec,
     opts: VfsOptions,
     max_batch: usize,
     /// Bytes per batch of a write-out or a chunk deletion: at most a quarter of a
@@ -401,6 +405,7 @@ impl Vfs {
                 let s = Super {
                     chunk_size: cs,
                     ino_limit: ROOT_INO + 1,
+                    piece: piece::PIECE.min(cs),
                 };
                 let (uid, gid) = opts.root_owner;
                 let root = Inode::new(Kind::Dir, 0o755, uid, gid, ROOT_INO);
@@ -415,7 +420,12 @@ impl Vfs {
             Some(v) => decode_orphans(&v)?,
             None => Vec::new(),
         };
-        let chunk_room = db.record_room(chunk_key(0, 0).len(), sup.chunk_size as usize);
+        let codec = piece::Codec { piece: sup.piece };
+        // A full chunk's record as stored (with its piece checksums in format 2).
+        let chunk_room = db.record_room(
+            chunk_key(0, 0).len(),
+            codec.stored_len(sup.chunk_size as usize),
+        );
         let step = (max_batch / 2)
             .min(4 << 20)
             .min((db.space().band_payload / 4) as usize)
@@ -423,6 +433,7 @@ impl Vfs {
         let sh = Arc::new(Shared {
             db,
             cs: sup.chunk_size as u64,
+            codec,
             opts,
             max_batch,
             step,
@@ -637,11 +648,10 @@ impl Vfs {
     }
 
     /// Read up to `len` bytes at `off` (short at end of file; holes read as zeros).
+    /// Only the bytes asked for are read from the engine where the chunk format
+    /// allows it (`read.rs`).
     pub fn read(&self, ino: u64, off: u64, len: usize) -> VfsResult<Vec<u8>> {
-        let n = self.sh.node(ino)?;
-        let st = n.st.read();
-        st.live()?;
-        self.sh.read_locked(&st, ino, off, len)
+        self.sh.read_vec(ino, off, len)
     }
 
     /// Write `data` at `off`, extending the file as needed; returns bytes written.
@@ -836,6 +846,7 @@ impl Shared {
             let s = Super {
                 chunk_size: self.cs as u32,
                 ino_limit: limit,
+                piece: self.codec.piece,
             };
             self.db.put(&super_key(), &s.encode())?;
             a.1 = limit;

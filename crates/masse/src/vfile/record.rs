@@ -11,8 +11,10 @@ use super::error::{VfsError, VfsResult};
 
 const PREFIX: &[u8; 3] = b"\0vf";
 
-/// Format version of the file layer's records.
-pub const VFS_VERSION: u32 = 1;
+/// Format version of the file layer's records: 2 adds a checksum per piece of
+/// every chunk value (`piece.rs`). Version 1 file layers are still read and
+/// written in their own format.
+pub const VFS_VERSION: u32 = 2;
 const SUPER_MAGIC: &[u8; 8] = b"MASSE-VF";
 
 /// Whether `k` is the key of a file-layer record (a tool that lists a pool's
@@ -101,6 +103,8 @@ pub struct Super {
     pub chunk_size: u32,
     /// Inode numbers below this may have been handed out; a new open starts here.
     pub ino_limit: u64,
+    /// Bytes per checksummed piece of a chunk value (format 2); 0 in format 1.
+    pub piece: u32,
 }
 
 impl Super {
@@ -108,9 +112,13 @@ impl Super {
     pub fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(32);
         v.extend_from_slice(SUPER_MAGIC);
-        v.extend_from_slice(&VFS_VERSION.to_le_bytes());
+        let version: u32 = if self.piece == 0 { 1 } else { 2 };
+        v.extend_from_slice(&version.to_le_bytes());
         v.extend_from_slice(&self.chunk_size.to_le_bytes());
         v.extend_from_slice(&self.ino_limit.to_le_bytes());
+        if version >= 2 {
+            v.extend_from_slice(&self.piece.to_le_bytes());
+        }
         v
     }
     /// Decode, refusing foreign records and newer versions.
@@ -132,9 +140,15 @@ impl Super {
         if !chunk_size.is_power_of_two() || !(4096..=1 << 20).contains(&chunk_size) {
             return Err(corrupt("superblock chunk size"));
         }
+        let ino_limit = r.u64()?;
+        let piece = if ver >= 2 { r.u32()? } else { 0 };
+        if ver >= 2 && (!piece.is_power_of_two() || !(512..=chunk_size).contains(&piece)) {
+            return Err(corrupt("superblock piece size"));
+        }
         Ok(Super {
             chunk_size,
-            ino_limit: r.u64()?,
+            ino_limit,
+            piece,
         })
     }
 }
@@ -460,7 +474,10 @@ mod tests {
         let s = Super {
             chunk_size: 16384,
             ino_limit: 77,
+            piece: 1024,
         };
         assert_eq!(Super::decode(&s.encode()).unwrap(), s);
+        let v1 = Super { piece: 0, ..s };
+        assert_eq!(Super::decode(&v1.encode()).unwrap(), v1);
     }
 }

@@ -47,7 +47,7 @@ impl Shared {
         let total: usize = st
             .dirty
             .values()
-            .map(|d| rec_cost(key_len, d.data.len()))
+            .map(|d| rec_cost(key_len, self.codec.stored_len(d.data.len())))
             .sum::<usize>()
             + 256;
         let mut b = Batch::new();
@@ -71,7 +71,7 @@ impl Shared {
                     stored = stored.saturating_sub(1);
                 }
             } else {
-                b.put(&k, &d.data)?;
+                b.put(&k, &self.codec.encode(&k, &d.data))?;
                 written += d.data.len() as u64;
                 nchunks += 1;
                 stored += d.new as u64;

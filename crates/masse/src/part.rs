@@ -1,0 +1,201 @@
+//! Reading part of a value: [`Db::get_parts`].
+//!
+//! A record is a header, the key and the value, with one crc32c over all of it
+//! (format.md §6.1), so the engine can only vouch for bytes it read whole. A
+//! layer that stores large values and reads small parts of them (the file
+//! layer's chunks, read block by block by a database) keeps its own checksums
+//! over pieces of the value; `get_parts` reads only the device blocks holding
+//! the part and lets the caller's check accept it. A part the check refuses is
+//! read again as a whole, checksummed record, so nothing unverified gets out.
+
+use crate::device::{round_down64, round_up64, AlignedBuf};
+use crate::error::{Error, Result};
+use crate::format::{Loc, MAX_KEY_LEN, RECORD_HEADER};
+use crate::stats::Op;
+use crate::Db;
+use std::ops::Range;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::time::Instant;
+
+/// A part read from a DRAM segment or waiting for its device read.
+struct Cand {
+    /// Index in the caller's list.
+    i: usize,
+    /// Index entry it was read through (checked again after the read).
+    loc: u64,
+    /// The part's bytes (once read).
+    buf: Vec<u8>,
+    /// A device read still to do.
+    dev: Option<DevRead>,
+}
+
+/// An aligned device read holding a part.
+struct DevRead {
+    dev: usize,
+    /// Aligned device offset.
+    at: u64,
+    buf: AlignedBuf,
+    /// The part's place in `buf`.
+    skip: usize,
+    len: usize,
+}
+
+impl Db {
+    /// Bytes `range` of the values stored under several keys, reading from the
+    /// devices only the 4 KiB blocks that hold each part (not the whole record),
+    /// all parts' reads issued together as in [`Db::get_many`].
+    ///
+    /// The record's checksum covers the whole record, so each part read this way
+    /// is passed to `check(i, bytes)` (`i` its index in `parts`); a part it
+    /// refuses, or one that raced a GC move, is read again as a whole record,
+    /// verified by the record's checksum, and cut to `range`. Every part returned
+    /// was thus accepted by `check` or checksummed by the engine; a record whose
+    /// checksum fails is [`Error::Corruption`].
+    ///
+    /// `None` for a key with no value. A part is shorter than its range where the
+    /// value ends first; when read without the record's header it may then run
+    /// up to 7 bytes of zero padding past the value's end (records are 8-byte
+    /// aligned), which `check` sees too.
+    pub fn get_parts(
+        &self,
+        parts: &[(&[u8], Range<usize>)],
+        check: impl Fn(usize, &[u8]) -> bool,
+    ) -> Result<Vec<Option<Vec<u8>>>> {
+        let t = Instant::now();
+        for (k, r) in parts {
+            if k.is_empty() || k.len() > MAX_KEY_LEN {
+                return Err(Error::InvalidKey {
+                    len: k.len(),
+                    max: MAX_KEY_LEN,
+                });
+            }
+            if r.start > r.end {
+                return Err(Error::InvalidConfig(format!(
+                    "part range {r:?} is reversed"
+                )));
+            }
+        }
+        let inner = &self.inner;
+        let gen = inner.inplace_gen.load(SeqCst);
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; parts.len()];
+        let mut slow = Vec::new();
+        let mut cands = Vec::new();
+        for (i, (key, range)) in parts.iter().enumerate() {
+            match self.locate_part(i, key, range) {
+                Located::Absent => {}
+                Located::Slow => slow.push(i),
+                Located::Cand(c) => cands.push(c),
+            }
+        }
+        self.read_cands(&mut cands)?;
+        for c in cands {
+            let (key, _) = &parts[c.i];
+            let same =
+                inner.index.get(inner.digest(key)) == Some(c.loc) && !inner.inplace_raced(gen);
+            if same && check(c.i, &c.buf) {
+                out[c.i] = Some(c.buf);
+            } else {
+                slow.push(c.i);
+            }
+        }
+        for i in slow {
+            let (key, r) = &parts[i];
+            out[i] = self.get(key)?.map(|v| {
+                let end = r.end.min(v.len());
+                v[r.start.min(end)..end].to_vec()
+            });
+        }
+        inner.c.gets.fetch_add(parts.len() as u64, Relaxed);
+        for v in out.iter().flatten() {
+            inner.c.get_hits.fetch_add(1, Relaxed);
+            inner.c.read_bytes.fetch_add(v.len() as u64, Relaxed);
+        }
+        inner.record(Op::Get, t);
+        Ok(out)
+    }
+
+    /// Where part `i` is: absent, in a DRAM segment (copied now), on a device
+    /// (a read to issue), or only readable whole (an empty range: nothing to check).
+    fn locate_part(&self, i: usize, key: &[u8], range: &Range<usize>) -> Located {
+        let inner = &self.inner;
+        let Some(l) = inner.index.get(inner.digest(key)) else {
+            return Located::Absent;
+        };
+        let loc = Loc(l);
+        if loc.is_tombstone() {
+            return Located::Absent;
+        }
+        let vstart = RECORD_HEADER + key.len();
+        let vmax = (loc.len8() as usize).saturating_sub(vstart);
+        let (a, b) = (range.start.min(vmax), range.end.min(vmax));
+        if a >= b {
+            return Located::Slow;
+        }
+        let off = loc.offset() as usize + vstart;
+        if let Some(seg) = inner.bufs.read().get(&loc.slot()).cloned() {
+            let d = seg.data.read();
+            if off + b > d.len() {
+                return Located::Slow;
+            }
+            inner.c.reads_from_dram.fetch_add(1, Relaxed);
+            return Located::Cand(Cand {
+                i,
+                loc: l,
+                buf: d[off + a..off + b].to_vec(),
+                dev: None,
+            });
+        }
+        let (dev, base) = inner.layout.slot_addr(loc.slot());
+        let (lo, hi) = (base + (off + a) as u64, base + (off + b) as u64);
+        let start = round_down64(lo, 4096);
+        let abuf = AlignedBuf::new((round_up64(hi, 4096) - start) as usize);
+        Located::Cand(Cand {
+            i,
+            loc: l,
+            buf: Vec::new(),
+            dev: Some(DevRead {
+                dev,
+                at: start,
+                buf: abuf,
+                skip: (lo - start) as usize,
+                len: b - a,
+            }),
+        })
+    }
+
+    /// Issue the device reads of `cands` (one batch per device) and cut each
+    /// part out of its aligned buffer.
+    fn read_cands(&self, cands: &mut [Cand]) -> Result<()> {
+        let inner = &self.inner;
+        for dev in 0..inner.pool.caps.len() {
+            let mut ops: Vec<(u64, &mut [u8])> = cands
+                .iter_mut()
+                .filter_map(|c| c.dev.as_mut())
+                .filter(|d| d.dev == dev)
+                .map(|d| (d.at, &mut d.buf[..]))
+                .collect();
+            if ops.is_empty() {
+                continue;
+            }
+            let d = &inner.pool.caps[dev];
+            d.read_batch(&mut ops)
+                .map_err(|e| Error::io(&d.info().path, "reading parts of records", e))?;
+            inner
+                .c
+                .reads_from_device
+                .fetch_add(ops.len() as u64, Relaxed);
+        }
+        for c in cands.iter_mut() {
+            if let Some(d) = c.dev.take() {
+                c.buf = d.buf[d.skip..d.skip + d.len].to_vec();
+            }
+        }
+        Ok(())
+    }
+}
+
+enum Located {
+    Absent,
+    Slow,
+    Cand(Cand),
+}
