@@ -14,6 +14,9 @@ pub struct RespArgs {
     #[command(flatten)]
     pub pool: PoolArgs,
 
+    #[command(flatten)]
+    pub metrics: crate::metrics::MetricsArgs,
+
     /// TCP address to listen on, e.g. 127.0.0.1:6379, [::1]:6379 or 0.0.0.0:6379 (port
     /// 0 picks a free port, printed at start). Repeatable. Default: 127.0.0.1:6379
     /// unless --socket is given. Without a password only clients on this machine are
@@ -196,6 +199,12 @@ pub fn run(a: &RespArgs) -> CliResult<i32> {
     let stop = srv.stop_handle();
     crate::serve_nbd::stop_on_signals(|| stop.wake_socket())?;
     let stats = srv.stats();
+    let slot = crate::metrics::EngineSlot::new();
+    slot.set(db.clone());
+    let mut m = crate::metrics::Metrics::new();
+    m.engine(slot.clone());
+    resp_metrics(&mut m, &stats);
+    let metrics = crate::metrics::start(a.metrics.addr.as_deref(), m)?;
     for w in &where_ {
         println!("listening on {w}");
     }
@@ -203,6 +212,54 @@ pub fn run(a: &RespArgs) -> CliResult<i32> {
     let _ = std::io::stdout().flush();
     let r = srv.run();
     eprintln!("masse: RESP server stopped\n{}", stats.report());
+    slot.clear();
+    drop(metrics);
     r.map_err(|e| CliError::new(e.to_string()))?;
     crate::serve_nbd::close_pool(db)
+}
+
+/// The RESP face's figures for `--metrics`: connections, commands, traffic,
+/// read hits and misses, error replies.
+fn resp_metrics(m: &mut crate::metrics::Metrics, st: &Arc<masse_resp::ServerStats>) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = st.clone();
+    m.counters(
+        "resp_events",
+        "RESP server events by kind",
+        "kind",
+        move || {
+            [
+                ("connections", &s.connections),
+                ("rejected", &s.rejected),
+                ("commands", &s.commands),
+                ("hits", &s.hits),
+                ("misses", &s.misses),
+                ("error_replies", &s.error_replies),
+                ("protocol_errors", &s.protocol_errors),
+                ("auth_failures", &s.auth_failures),
+            ]
+            .iter()
+            .map(|(k, c)| (k.to_string(), c.load(Relaxed) as f64))
+            .collect()
+        },
+    );
+    let s = st.clone();
+    m.counters(
+        "resp_network_bytes",
+        "RESP bytes by direction",
+        "direction",
+        move || {
+            vec![
+                ("in".to_string(), s.net_in.load(Relaxed) as f64),
+                ("out".to_string(), s.net_out.load(Relaxed) as f64),
+            ]
+        },
+    );
+    let s = st.clone();
+    m.gauges(
+        "resp_connected",
+        "RESP clients connected now",
+        "",
+        move || vec![(String::new(), s.connected.load(Relaxed) as f64)],
+    );
 }
