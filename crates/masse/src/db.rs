@@ -1823,6 +1823,48 @@ impl Inner {
     }
 
     /// Allocate `k` consecutive slots in the open band (opening a new band if needed).
+    /// Seal the current band (if any) and open a free one for the writer,
+    /// queueing its header.
+    fn open_band(&self, ws: &mut WriteState) -> Result<()> {
+        let mut bt = self.bands.lock();
+        if let Some(b) = ws.cur_band.take() {
+            if bt.bands[b as usize].state == BandState::Open {
+                bt.bands[b as usize].state = BandState::Sealed;
+            }
+        }
+        let b = bt
+            .free
+            .pop_front()
+            .ok_or_else(|| Error::NoSpace("no free band (internal reserve exhausted)".into()))?;
+        let info = &mut bt.bands[b as usize];
+        info.state = BandState::Open;
+        info.first_seq = ws.next_seg;
+        info.written_slots = 0;
+        info.inflight = 0;
+        drop(bt);
+        self.band_min_seq[b as usize].store(u64::MAX, Relaxed);
+        self.band_pad[b as usize].store(0, Relaxed);
+        let first = self.layout.first_slot(b) as usize;
+        for u in &self.slot_placed[first..first + self.layout.slots_per_band as usize] {
+            u.store(0, Relaxed);
+        }
+        self.band_nrec[b as usize].store(0, Relaxed);
+        ws.cur_band = Some(b);
+        ws.next_sib = 0;
+        let hdr = BandHeader {
+            state: BAND_IN_USE,
+            pool_tag: self.tag,
+            band: b,
+            first_seq: ws.next_seg,
+        };
+        self.send(WMsg::BandHeader {
+            band: b,
+            hdr,
+            free: None,
+        })?;
+        Ok(())
+    }
+
     fn new_segment(&self, ws: &mut WriteState, k: u64) -> Result<OpenSeg> {
         if k > self.layout.slots_per_band {
             return Err(Error::InvalidConfig("record larger than a band".into()));
@@ -1832,41 +1874,7 @@ impl Inner {
             Some(_) => ws.next_sib + k > self.layout.slots_per_band,
         };
         if need_band {
-            let mut bt = self.bands.lock();
-            if let Some(b) = ws.cur_band.take() {
-                if bt.bands[b as usize].state == BandState::Open {
-                    bt.bands[b as usize].state = BandState::Sealed;
-                }
-            }
-            let b = bt.free.pop_front().ok_or_else(|| {
-                Error::NoSpace("no free band (internal reserve exhausted)".into())
-            })?;
-            let info = &mut bt.bands[b as usize];
-            info.state = BandState::Open;
-            info.first_seq = ws.next_seg;
-            info.written_slots = 0;
-            info.inflight = 0;
-            drop(bt);
-            self.band_min_seq[b as usize].store(u64::MAX, Relaxed);
-            self.band_pad[b as usize].store(0, Relaxed);
-            let first = self.layout.first_slot(b) as usize;
-            for u in &self.slot_placed[first..first + self.layout.slots_per_band as usize] {
-                u.store(0, Relaxed);
-            }
-            self.band_nrec[b as usize].store(0, Relaxed);
-            ws.cur_band = Some(b);
-            ws.next_sib = 0;
-            let hdr = BandHeader {
-                state: BAND_IN_USE,
-                pool_tag: self.tag,
-                band: b,
-                first_seq: ws.next_seg,
-            };
-            self.send(WMsg::BandHeader {
-                band: b,
-                hdr,
-                free: None,
-            })?;
+            self.open_band(ws)?;
         }
         let band = ws
             .cur_band
