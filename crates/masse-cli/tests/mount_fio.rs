@@ -15,7 +15,8 @@ fn fio_verify_on_a_mount() {
     let m = pool.mount(&[]);
     let d = m.mnt.display().to_string();
     let common = format!(
-        "--directory={d} --ioengine=psync --verify=crc32c --verify_fatal=1 --group_reporting"
+        "--directory={d} --ioengine=psync --verify=crc32c --verify_fatal=1 --group_reporting \
+         --verify_state_save=0"
     );
     // Random writes, then read back and verify (each job its own file).
     sh(&format!(
