@@ -8,44 +8,6 @@ use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// `curl` the endpoint; the body, checked by `promtool check metrics`.
-fn scrape(url: &str) -> String {
-    let o = run_ok(Command::new("curl").args(["-sf", "--max-time", "10", url]));
-    let body = String::from_utf8(o.stdout).expect("utf-8 exposition");
-    let mut p = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run promtool");
-    use std::io::Write;
-    p.stdin
-        .take()
-        .expect("stdin")
-        .write_all(body.as_bytes())
-        .expect("feed promtool");
-    let out = p.wait_with_output().expect("promtool");
-    assert!(
-        out.status.success(),
-        "promtool check metrics failed:\n{}{}\n--- exposition ---\n{body}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    body
-}
-
-/// Sample name with labels → value.
-fn samples(body: &str) -> HashMap<String, f64> {
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .filter_map(|l| {
-            let (k, v) = l.rsplit_once(' ')?;
-            Some((k.to_string(), v.parse().ok()?))
-        })
-        .collect()
-}
-
 fn get(m: &HashMap<String, f64>, k: &str) -> f64 {
     *m.get(k)
         .unwrap_or_else(|| panic!("no sample {k} in the scrape"))
