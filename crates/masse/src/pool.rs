@@ -152,7 +152,7 @@ impl crate::Db {
     /// on tmpfs and does not survive a reboot. `masse create` and `masse demo`
     /// print these; a library user should show them too.
     pub fn pool_warnings(&self) -> &[String] {
-        &self.inner.pool.warnings
+        &self.engine.pool.warnings
     }
 }
 

@@ -21,7 +21,7 @@ use crate::device::{AlignedBuf, Device};
 use crate::error::{Error, Result};
 use crate::format::*;
 use crate::index::Digest;
-use crate::layout::Layout;
+use crate::layout::{Layout, MAX_STRADDLE_PAD};
 use std::sync::Arc;
 
 /// How a segment's entries were obtained.
@@ -362,8 +362,7 @@ pub(crate) fn parse_records(
             // Placement skips to the next 4 KiB page only over a short gap (the
             // straddle rule); a longer gap is not the writer's and ends the parse.
             let a = crate::device::round_up(off, 4096);
-            if a != off && a - off <= crate::db::MAX_STRADDLE_PAD && a + RECORD_HEADER <= seg.len()
-            {
+            if a != off && a - off <= MAX_STRADDLE_PAD && a + RECORD_HEADER <= seg.len() {
                 try_at(a).map(|r| (a, r))
             } else {
                 None

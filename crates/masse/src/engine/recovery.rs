@@ -1,32 +1,34 @@
-//! Index checkpoints and recovery at open (paper §2.7).
+//! Recovery at open (paper §2.7).
 //!
-//! A checkpoint is a fuzzy snapshot: the band table, then the index shard by
-//! shard, written to the inactive one of two slots, header last. It records
-//! `replay_from`: the oldest segment that was not yet durable when the snapshot
-//! started. Recovery loads the newest valid checkpoint (or none), drops entries
+//! A checkpoint (checkpoint.rs) records `replay_from`: the oldest segment that
+//! was not yet durable when its snapshot started. Recovery loads the newest valid checkpoint (or none), drops entries
 //! that point into bands freed or reused since, replays every segment from
 //! `replay_from` on in write order — newer position wins, so replay is
 //! idempotent — and finally re-applies the write pad from its durable tail.
 //! Without a usable checkpoint the same code replays every segment.
 
-use crate::db::{BandState, Inner, Kind, OpenSeg, PRec, SegBuf};
+use super::band::BandState;
+use super::checkpoint::load_checkpoint;
+use super::pad::{replay_start, Batch, PadReader};
+use super::request::{PendingRecord, RecordKind};
+use super::scanner::{BandScanner, Found, Segment, Source};
+use super::segment::{OpenSegment, SegmentBuf, WriteState};
+use super::state::Engine;
 use crate::device::{round_up, AlignedBuf};
 use crate::error::{Error, Result};
 use crate::format::*;
 use crate::index::{fingerprint, Digest};
-use crate::pad::PadReader;
-use crate::scan::{BandScanner, Found, Source};
 use parking_lot::RwLock;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 use std::time::Instant;
-use xxhash_rust::xxh3::Xxh3;
 
 /// Sequence numbers skipped at every open, so no record of a new run follows on
 /// from a group of the last run that a crash cut short (groups are told apart
 /// by consecutive seqs, see [`Replay`]).
 const SEQ_GAP_AT_OPEN: u64 = 1 << 20;
 
+/// A band to replay: its incarnation and the slot replay starts at.
 struct BandPlan {
     band: u32,
     first_seq: u64,
@@ -41,13 +43,13 @@ struct BandHeaders {
 }
 
 /// Rebuild the index, band table and write state. Returns the pad groups to re-apply.
-pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
+pub(crate) fn recover(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>> {
     let t0 = Instant::now();
-    let l = &inner.layout;
+    let l = &e.layout;
     // 1. Band headers say which bands are in use and which incarnation they hold.
-    let hdrs = read_band_headers(inner)?;
+    let hdrs = read_band_headers(e)?;
     // 2. Newest valid checkpoint, if any.
-    let ck = load_checkpoint(inner)?;
+    let ck = load_checkpoint(e)?;
     let (source, replay_from, ck_bands, ck_next_seq) = match &ck {
         Some((h, bands)) => (
             "checkpoint",
@@ -63,12 +65,11 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
     };
     if ck.is_some() {
         // Entries into bands freed or reused since the snapshot are stale; replay re-adds what moved.
-        inner
-            .index
+        e.index
             .retain(|loc| matches(l.band_of_slot(Loc(loc).slot()) as usize).is_some());
     }
     // 3. Plan: which slots of which bands to replay, in write order.
-    let mut rp = Replay::new(inner, &hdrs, ck_next_seq);
+    let mut rp = Replay::new(e, &hdrs, ck_next_seq);
     let mut plans: Vec<BandPlan> = Vec::new();
     for (b, first) in hdrs.first.iter().enumerate() {
         let Some(first_seq) = *first else { continue };
@@ -100,16 +101,16 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
     }
     rp.finish();
     // 5. The pad: everything from its durable tail is re-applied below, in order.
-    let groups = match &inner.pad {
-        Some(_) => read_pad(inner)?,
+    let groups = match &e.pad {
+        Some(_) => read_pad(e)?,
         None => Vec::new(),
     };
     // 6–7. Entries pointing where nothing valid was found; space accounting.
-    drop_dangling(inner, &hdrs, &rp.written, &groups);
-    account_live(inner);
+    drop_dangling(e, &hdrs, &rp.written, &groups);
+    account_live(e);
     // 8. Band table and write state.
-    restore_state(inner, &hdrs, &rp, newest)?;
-    let mut r = inner.recovery.lock();
+    restore_state(e, &hdrs, &rp, newest)?;
+    let mut r = e.recovery.lock();
     r.source = if clean {
         format!("{source} (clean shutdown)")
     } else {
@@ -124,8 +125,8 @@ pub(crate) fn recover(inner: &Inner, clean: bool) -> Result<Vec<Vec<PRec>>> {
 /// version 2), so one damaged copy costs nothing. When both copies are damaged
 /// but the band's first slot holds a segment of this pool, the band is taken to
 /// be in use from that segment on and pinned (never reclaimed), with a warning.
-fn read_band_headers(inner: &Inner) -> Result<BandHeaders> {
-    let l = &inner.layout;
+fn read_band_headers(e: &Engine) -> Result<BandHeaders> {
+    let l = &e.layout;
     let nb = l.bands as usize;
     let mut out = BandHeaders {
         first: vec![None; nb],
@@ -133,37 +134,36 @@ fn read_band_headers(inner: &Inner) -> Result<BandHeaders> {
     };
     for b in 0..l.bands {
         let (dev, off) = l.band_addr(b);
-        let blk =
-            crate::pool::read_block(&inner.pool.caps[dev], off, 4096, "reading band headers")?;
+        let blk = crate::pool::read_block(&e.pool.caps[dev], off, 4096, "reading band headers")?;
         let (h, copies_bad) = BandHeader::decode_copies(&blk);
         if copies_bad > 0 && h.is_some() {
-            inner.note(format!(
+            e.note(format!(
                 "band {b}: one copy of its header is damaged; the other was used"
             ));
         }
         match h {
-            Some(h) if h.pool_tag == inner.tag && h.band == b && h.state == BAND_IN_USE => {
+            Some(h) if h.pool_tag == e.tag && h.band == b && h.state == BAND_IN_USE => {
                 out.first[b as usize] = Some(h.first_seq);
             }
             Some(_) => {}
             None if copies_bad == 0 => {}
             None => {
                 let seg = crate::pool::read_block(
-                    &inner.pool.caps[dev],
+                    &e.pool.caps[dev],
                     off + l.geo.band_header_size as u64,
                     4096,
                     "reading band headers",
                 )?;
-                if let Some(sh) = SegmentHeader::decode(&seg).filter(|s| s.pool_tag == inner.tag) {
+                if let Some(sh) = SegmentHeader::decode(&seg).filter(|s| s.pool_tag == e.tag) {
                     out.first[b as usize] = Some(sh.segment_seq);
                     out.inferred[b as usize] = true;
-                    inner.warn(format!(
+                    e.warn(format!(
                         "band {b}: both copies of its header are damaged; its segments were \
                          replayed from segment {} on and the band is pinned (never reclaimed)",
                         sh.segment_seq
                     ));
                 } else {
-                    inner.note(format!(
+                    e.note(format!(
                         "band {b}: both copies of its header are damaged and it holds no \
                          segment; taken as free"
                     ));
@@ -192,7 +192,7 @@ fn read_band_headers(inner: &Inner) -> Result<BandHeaders> {
 /// band, it moves the start's live records as stand-alone records (gc.rs), so
 /// dropping the orphaned start here loses nothing.
 struct Replay<'a> {
-    inner: &'a Inner,
+    e: &'a Engine,
     band_first: Vec<u64>,
     whole_groups: bool,
     group: Vec<(Digest, Loc)>,
@@ -240,12 +240,12 @@ struct Partial {
 }
 
 impl<'a> Replay<'a> {
-    fn new(inner: &'a Inner, hdrs: &BandHeaders, ck_next_seq: u64) -> Replay<'a> {
+    fn new(e: &'a Engine, hdrs: &BandHeaders, ck_next_seq: u64) -> Replay<'a> {
         let nb = hdrs.first.len();
         Replay {
-            inner,
+            e,
             band_first: hdrs.first.iter().map(|f| f.unwrap_or(0)).collect(),
-            whole_groups: inner.pad.is_none(),
+            whole_groups: e.pad.is_none(),
             group: Vec::new(),
             group_last_seq: 0,
             cut: 0,
@@ -264,13 +264,13 @@ impl<'a> Replay<'a> {
     }
 
     fn pos(&self, loc: Loc) -> (u64, u64, u32) {
-        let l = &self.inner.layout;
+        let l = &self.e.layout;
         let b = l.band_of_slot(loc.slot()) as usize;
         (self.band_first[b], l.slot_in_band(loc.slot()), loc.offset())
     }
 
     fn apply(&self, d: Digest, loc: Loc) {
-        self.inner.index.update_with(d, |cur| match cur {
+        self.e.index.update_with(d, |cur| match cur {
             Some(c) if self.pos(Loc(c)) >= self.pos(loc) => (Some(c), ()),
             _ => (Some(loc.0), ()),
         });
@@ -278,20 +278,13 @@ impl<'a> Replay<'a> {
 
     /// Replay one band from its planned start to its write frontier.
     fn band(&mut self, p: &BandPlan, newest: bool) -> Result<()> {
-        let inner = self.inner;
-        let dig = |k: &[u8]| inner.digest(k);
-        let mut sc = BandScanner::new(
-            &inner.layout,
-            &inner.pool.caps,
-            inner.tag,
-            p.band,
-            p.first_seq,
-            &dig,
-        );
+        let e = self.e;
+        let dig = |k: &[u8]| e.digest(k);
+        let mut sc = BandScanner::new(&e.layout, &e.pool.caps, e.tag, p.band, p.first_seq, &dig);
         // A footerless segment is the frontier if nothing follows it; otherwise
         // its summary was lost (a torn seal, or damage) and its records were parsed.
         let mut unread_summary: Option<(u64, u64, usize)> = None;
-        let end = sc.scan(p.start_slot, inner.layout.slots_per_band, true, &mut |f| {
+        let end = sc.scan(p.start_slot, e.layout.slots_per_band, true, &mut |f| {
             if let Some((slot, seq, n)) = unread_summary.take() {
                 self.unread.push((p.band, slot, seq, n));
             }
@@ -333,18 +326,18 @@ impl<'a> Replay<'a> {
         Ok(())
     }
 
-    fn segment(&mut self, band: u32, s: &crate::scan::Segment<'_>) {
-        let inner = self.inner;
-        let slot = inner.layout.first_slot(band) + s.slot;
+    fn segment(&mut self, band: u32, s: &Segment<'_>) {
+        let e = self.e;
+        let slot = e.layout.first_slot(band) + s.slot;
         let placed: u64 = s
             .entries
             .iter()
             .map(|e| round_up(e.len as usize, 8) as u64)
             .sum();
-        inner.slot_placed[slot as usize].store(placed as u32, Relaxed);
+        e.status.set_placed(slot, placed as u32);
         if s.source == Source::HeaderDamaged {
-            inner.c.corruptions.fetch_add(1, Relaxed);
-            inner.warn(format!(
+            e.counters.corruptions.fetch_add(1, Relaxed);
+            e.warn(format!(
                 "band {band} slot {}: segment header damaged; its {} records were recovered \
                  with the sequence number the slot must hold ({})",
                 s.slot,
@@ -396,7 +389,7 @@ impl<'a> Replay<'a> {
     /// anything written after it until the next open (which skips
     /// `SEQ_GAP_AT_OPEN` sequence numbers). Those records are not applied: a
     /// batch's end whose start was torn away would otherwise look whole.
-    fn torn_before(&mut self, band: u32, s: &crate::scan::Segment<'_>) {
+    fn torn_before(&mut self, band: u32, s: &Segment<'_>) {
         if !self.whole_groups || s.prev_end == 0 {
             return;
         }
@@ -408,7 +401,7 @@ impl<'a> Replay<'a> {
             // first missing segment fit after the last one found, it was
             // written there and is gone (the band's tail was blank).
             Some(l) if l.seq < s.seq => {
-                let lay = &self.inner.layout;
+                let lay = &self.e.layout;
                 let need = match l.seq + 2 == s.seq {
                     true => lay
                         .own_slots((s.prev_end as usize).saturating_sub(SEG_HEADER))
@@ -441,16 +434,16 @@ impl<'a> Replay<'a> {
     }
 
     fn gap(&mut self, band: u32, slot: u64, n: u64, blank: bool) {
-        let inner = self.inner;
+        let e = self.e;
         if blank {
-            inner.note(format!(
+            e.note(format!(
                 "band {band} slots {slot}..{}: not written (a write torn at a crash); later \
                  segments of the band were replayed",
                 slot + n
             ));
         } else {
-            inner.c.corruptions.fetch_add(1, Relaxed);
-            inner.warn(format!(
+            e.counters.corruptions.fetch_add(1, Relaxed);
+            e.warn(format!(
                 "band {band} slots {slot}..{}: unreadable (damaged); their records are lost \
                  unless newer copies exist",
                 slot + n
@@ -466,7 +459,7 @@ impl<'a> Replay<'a> {
     /// so age cannot tell the two apart.
     fn report_unread(&mut self) {
         for (band, slot, _seq, n) in std::mem::take(&mut self.unread) {
-            self.inner.note(format!(
+            self.e.note(format!(
                 "band {band} slot {slot}: segment summary unreadable (a seal torn at a crash, \
                  or damage); its {n} records were recovered by parsing"
             ));
@@ -478,14 +471,14 @@ impl<'a> Replay<'a> {
         self.cut += self.group.len() as u64;
         self.group.clear();
         if self.after_tear > 0 {
-            self.inner.note(format!(
+            self.e.note(format!(
                 "{} records written after a write torn at a crash (in the same unsynced, never \
                  acknowledged burst) were not applied",
                 self.after_tear
             ));
         }
         if self.cut > 0 {
-            self.inner.note(format!(
+            self.e.note(format!(
                 "{} records of atomic batches a crash cut short (never acknowledged) were \
                  not applied",
                 self.cut
@@ -498,15 +491,15 @@ impl<'a> Replay<'a> {
 /// checkpoint may point into segments that were still in DRAM (their records
 /// are on the pad, re-applied below); dropped tombstones may dangle too.
 /// Anything else is a lost record.
-fn drop_dangling(inner: &Inner, hdrs: &BandHeaders, written: &[u64], groups: &[Vec<PRec>]) {
-    let l = &inner.layout;
+fn drop_dangling(e: &Engine, hdrs: &BandHeaders, written: &[u64], groups: &[Vec<PendingRecord>]) {
+    let l = &e.layout;
     let on_pad: std::collections::HashSet<u64> = groups
         .iter()
         .flatten()
         .map(|r| fingerprint(r.digest))
         .collect();
     let mut lost = 0u64;
-    inner.index.retain_entries(|fp, loc| {
+    e.index.retain_entries(|fp, loc| {
         let loc = Loc(loc);
         let b = l.band_of_slot(loc.slot()) as usize;
         let ok = hdrs.first[b].is_some() && l.slot_in_band(loc.slot()) < written[b];
@@ -516,37 +509,31 @@ fn drop_dangling(inner: &Inner, hdrs: &BandHeaders, written: &[u64], groups: &[V
         ok
     });
     if lost > 0 {
-        inner.c.corruptions.fetch_add(lost, Relaxed);
-        inner.warn(format!(
+        e.counters.corruptions.fetch_add(lost, Relaxed);
+        e.warn(format!(
             "{lost} index entries pointed at segments that could not be read; those keys are lost"
         ));
     }
 }
 
 /// Step 7: live-byte accounting from the index.
-fn account_live(inner: &Inner) {
-    inner.index.for_each(|loc| inner.add_live(Loc(loc)));
-    // Segments known only from the checkpoint: count their live records as placed,
-    // so records that die from now on show up as death size.
-    for (placed, live) in inner.slot_placed.iter().zip(inner.slot_live.iter()) {
-        if placed.load(Relaxed) == 0 {
-            placed.store(live.load(Relaxed), Relaxed);
-        }
-    }
+fn account_live(e: &Engine) {
+    e.index.for_each(|loc| e.status.add_live(Loc(loc)));
+    e.status.placed_from_live();
 }
 
 /// Step 8: band table and write state; the newest band stays open, and (without
 /// a pad) its footerless last segment is filled on.
 fn restore_state(
-    inner: &Inner,
+    e: &Engine,
     hdrs: &BandHeaders,
     rp: &Replay<'_>,
     newest: Option<u32>,
 ) -> Result<()> {
-    let l = &inner.layout;
-    let mut ws = inner.ws.lock();
+    let l = &e.layout;
+    let mut ws = e.write_state.lock();
     {
-        let mut bt = inner.bands.lock();
+        let mut bt = e.bands.lock();
         for (b, first) in hdrs.first.iter().enumerate() {
             let info = &mut bt.bands[b];
             match first {
@@ -558,7 +545,7 @@ fn restore_state(
                     };
                     info.first_seq = *fs;
                     info.written_slots = rp.written[b];
-                    inner.band_min_seq[b].store(rp.min_seq[b], Relaxed);
+                    e.status.set_min_seq(b, rp.min_seq[b]);
                 }
                 None => {
                     info.state = BandState::Free;
@@ -576,18 +563,18 @@ fn restore_state(
     }
     if let Some(p) = &rp.partial {
         if l.geo.mode != Mode::Tiered && ws.cur_band == Some(p.band) {
-            reopen_partial(inner, &mut ws, p)?;
+            reopen_partial(e, &mut ws, p)?;
         }
     }
     ws.next_seq = rp.max_seq + 1 + SEQ_GAP_AT_OPEN;
-    inner.seq_hint.store(ws.next_seq, SeqCst);
-    inner.next_seg_hint.store(ws.next_seg, SeqCst);
+    e.seq_hint.store(ws.next_seq, SeqCst);
+    e.next_seg_hint.store(ws.next_seg, SeqCst);
     Ok(())
 }
 
 /// Keep filling the partly written segment where the last run stopped.
-fn reopen_partial(inner: &Inner, ws: &mut crate::db::WriteState, p: &Partial) -> Result<()> {
-    let l = &inner.layout;
+fn reopen_partial(e: &Engine, ws: &mut WriteState, p: &Partial) -> Result<()> {
+    let l = &e.layout;
     let seg = l.seg as usize;
     let mut buf = AlignedBuf::new(seg);
     buf.copy_from_slice(&p.data[..seg]);
@@ -601,16 +588,17 @@ fn reopen_partial(inner: &Inner, ws: &mut crate::db::WriteState, p: &Partial) ->
     buf[p.used..].fill(0);
     let from = p.used / 4096 * 4096;
     let (dev, base) = l.slot_addr(slot);
-    let d = &inner.pool.caps[dev];
-    d.write_at(&buf[from..], base + from as u64).map_err(|e| {
-        Error::io(
-            &d.info().path,
-            "erasing the torn tail of the open segment",
-            e,
-        )
-    })?;
+    let d = &e.pool.caps[dev];
+    d.write_at(&buf[from..], base + from as u64)
+        .map_err(|err| {
+            Error::io(
+                &d.info().path,
+                "erasing the torn tail of the open segment",
+                err,
+            )
+        })?;
     crate::pool::sync(d, "erasing the torn tail of the open segment")?;
-    let sb = Arc::new(SegBuf {
+    let sb = Arc::new(SegmentBuf {
         size: seg,
         slot,
         nslots: 1,
@@ -618,13 +606,13 @@ fn reopen_partial(inner: &Inner, ws: &mut crate::db::WriteState, p: &Partial) ->
         band: p.band,
         data: RwLock::new(buf),
     });
-    inner.bufs.write().insert(slot, sb.clone());
-    inner.bands.lock().bands[p.band as usize].inflight += 1;
+    e.segments.insert(sb.clone());
+    e.bands.lock().bands[p.band as usize].inflight += 1;
     let (mn, mx) = p
         .entries
         .iter()
-        .fold((u64::MAX, 0), |(a, b), e| (a.min(e.seq), b.max(e.seq)));
-    ws.open = Some(OpenSeg {
+        .fold((u64::MAX, 0), |(a, b), se| (a.min(se.seq), b.max(se.seq)));
+    ws.open = Some(OpenSegment {
         buf: sb,
         used: p.used,
         entries: p.entries.clone(),
@@ -639,12 +627,12 @@ fn reopen_partial(inner: &Inner, ws: &mut crate::db::WriteState, p: &Partial) ->
 /// continue after it. A batch that fails its checks ends the log only if no
 /// valid batch follows; a damaged batch in the middle is reported and skipped
 /// (see pad.rs).
-fn read_pad(inner: &Inner) -> Result<Vec<Vec<PRec>>> {
-    let Some(p) = &inner.pad else {
+fn read_pad(e: &Engine) -> Result<Vec<Vec<PendingRecord>>> {
+    let Some(p) = &e.pad else {
         return Ok(Vec::new());
     };
-    let (tail, tail_seq, hdr_seq) = crate::pad::replay_start(inner, p)?;
-    let r = PadReader::new(p, inner.tag);
+    let (tail, tail_seq, hdr_seq) = replay_start(p, e.tag, &mut |w| e.warn(w))?;
+    let r = PadReader::new(p, e.tag);
     let (mut v, mut expect) = (tail, tail_seq);
     let mut groups = Vec::new();
     let mut batches = std::collections::VecDeque::new();
@@ -654,8 +642,8 @@ fn read_pad(inner: &Inner) -> Result<Vec<Vec<PRec>>> {
             None => match r.resync(v, expect)? {
                 Some(b) => {
                     let lost = b.header.batch_seq - expect;
-                    inner.c.corruptions.fetch_add(lost, Relaxed);
-                    inner.warn(format!(
+                    e.counters.corruptions.fetch_add(lost, Relaxed);
+                    e.warn(format!(
                         "write pad: {lost} batch(es) from number {expect} at offset {v} damaged;                          their writes are lost unless they had reached the capacity tier;                          the {} later batches were replayed",
                         "intact"
                     ));
@@ -667,24 +655,17 @@ fn read_pad(inner: &Inner) -> Result<Vec<Vec<PRec>>> {
         batches.push_back((b.virt, b.header.batch_seq));
         expect = b.header.batch_seq + 1;
         v = b.next_virt(p.size);
-        let recs = pad_records(inner, &b)?;
+        let recs = pad_records(e, &b)?;
         if !recs.is_empty() {
             groups.push(recs);
         }
     }
-    let mut s = p.st.lock();
-    s.tail = tail;
-    s.head = v;
-    s.next_batch = expect;
-    s.hdr_seq = hdr_seq;
-    s.batches = batches;
-    // Until the replayed records are durable again, the old region stays needed.
-    s.hold = if v > tail { Some(tail) } else { None };
+    p.resume(tail, v, expect, hdr_seq, batches);
     Ok(groups)
 }
 
 /// The records of one pad batch, as one atomic group to re-apply.
-fn pad_records(inner: &Inner, b: &crate::pad::Batch) -> Result<Vec<PRec>> {
+fn pad_records(e: &Engine, b: &Batch) -> Result<Vec<PendingRecord>> {
     let payload = b.payload();
     let mut off = 0usize;
     let mut recs = Vec::new();
@@ -693,325 +674,12 @@ fn pad_records(inner: &Inner, b: &crate::pad::Batch) -> Result<Vec<PRec>> {
         let len = hd.total_len();
         let mut bytes = payload[off..off + len].to_vec();
         bytes[REC_FLAGS_AT] &= !REC_MORE;
-        recs.push(PRec {
-            digest: inner.digest(k),
+        recs.push(PendingRecord {
+            digest: e.digest(k),
             bytes,
-            kind: Kind::Replay,
+            kind: RecordKind::Replay,
         });
         off += round_up(len, 8);
     }
     Ok(recs)
-}
-
-type LoadedCheckpoint = (CheckpointHeader, Vec<BandRecord>);
-
-fn load_checkpoint(inner: &Inner) -> Result<Option<LoadedCheckpoint>> {
-    let g = &inner.layout.geo;
-    if g.ckpt_slot_size < 8192 {
-        return Ok(None);
-    }
-    let meta = inner.pool.meta().clone();
-    let mut cands = Vec::new();
-    for s in 0..2u64 {
-        let off = g.ckpt_offset + s * g.ckpt_slot_size;
-        let b = crate::pool::read_block(
-            &meta,
-            off,
-            CKPT_HEADER as usize,
-            "reading a checkpoint header",
-        )?;
-        if let Some(h) = CheckpointHeader::decode(&b) {
-            if h.pool_tag == inner.tag && h.payload_len + CKPT_HEADER <= g.ckpt_slot_size {
-                cands.push((off, h));
-            }
-        }
-    }
-    cands.sort_by_key(|c| std::cmp::Reverse(c.1.ckpt_seq));
-    for (off, h) in cands {
-        match try_load(inner, off, &h) {
-            Ok(bands) => {
-                *inner.ckpt_lock.lock() = h.ckpt_seq;
-                return Ok(Some((h, bands)));
-            }
-            Err(e) => {
-                inner.index.clear();
-                inner.c.corruptions.fetch_add(1, Relaxed);
-                inner.recovery.lock().warnings.push(format!(
-                    "checkpoint {} unusable ({e}); used an older one or a full scan",
-                    h.ckpt_seq
-                ));
-            }
-        }
-    }
-    Ok(None)
-}
-
-fn try_load(inner: &Inner, off: u64, h: &CheckpointHeader) -> Result<Vec<BandRecord>> {
-    if h.bands != inner.layout.bands || h.shards as usize != inner.index.shard_count() {
-        return Err(Error::Corruption(
-            "checkpoint does not match this pool's geometry".into(),
-        ));
-    }
-    let meta = inner.pool.meta().clone();
-    // Streamed, not read whole: at 10^8 keys the payload is as large as the index
-    // (1.6 GiB), and holding both doubled the process's DRAM at open. Shards are
-    // loaded before the payload hash is known; a mismatch at the end is an error
-    // and the caller clears the index, as for any other damage.
-    let mut r = ChunkReader::new(&meta, off + CKPT_HEADER, h.payload_len);
-    let mut bands = Vec::with_capacity(h.bands as usize);
-    let mut rec = [0u8; BAND_RECORD];
-    for _ in 0..h.bands {
-        r.read_exact(&mut rec)?;
-        bands.push(BandRecord::decode(&rec)?);
-    }
-    let mut img = Vec::new();
-    for s in 0..h.shards as usize {
-        let mut lb = [0u8; 8];
-        r.read_exact(&mut lb)?;
-        let n = u64::from_le_bytes(lb);
-        if n > r.remaining() {
-            return Err(Error::Corruption("checkpoint truncated".into()));
-        }
-        img.clear();
-        img.resize(n as usize, 0);
-        r.read_exact(&mut img)?;
-        inner
-            .index
-            .load_shard_image(s, &img)
-            .map_err(|e| Error::Corruption(format!("checkpoint index shard {s}: {e}")))?;
-    }
-    if r.finish()? != h.payload_hash {
-        return Err(Error::Corruption(
-            "checkpoint payload checksum mismatch".into(),
-        ));
-    }
-    Ok(bands)
-}
-
-/// Reads a checkpoint payload in aligned 8 MiB pieces, hashing as it goes (the
-/// counterpart of [`ChunkWriter`]).
-struct ChunkReader<'a> {
-    dev: &'a Arc<dyn crate::device::Device>,
-    base: u64,
-    len: u64,
-    buf: AlignedBuf,
-    /// Payload offset of `buf[0]`, and how many of its bytes are valid / consumed.
-    at: u64,
-    valid: usize,
-    used: usize,
-    hash: Xxh3,
-}
-
-impl<'a> ChunkReader<'a> {
-    fn new(dev: &'a Arc<dyn crate::device::Device>, base: u64, len: u64) -> Self {
-        ChunkReader {
-            dev,
-            base,
-            len,
-            buf: AlignedBuf::new(8 << 20),
-            at: 0,
-            valid: 0,
-            used: 0,
-            hash: Xxh3::new(),
-        }
-    }
-
-    fn remaining(&self) -> u64 {
-        self.len - (self.at + self.used as u64)
-    }
-
-    fn read_exact(&mut self, mut out: &mut [u8]) -> Result<()> {
-        if out.len() as u64 > self.remaining() {
-            return Err(Error::Corruption("checkpoint truncated".into()));
-        }
-        while !out.is_empty() {
-            if self.used == self.valid {
-                self.at += self.valid as u64;
-                let want = (self.len - self.at).min(self.buf.len() as u64) as usize;
-                let n = round_up(want, 4096);
-                self.dev
-                    .read_at(&mut self.buf[..n], self.base + self.at)
-                    .map_err(|e| Error::io(&self.dev.info().path, "reading a checkpoint", e))?;
-                self.valid = want;
-                self.used = 0;
-            }
-            let k = (self.valid - self.used).min(out.len());
-            let src = &self.buf[self.used..self.used + k];
-            self.hash.update(src);
-            out[..k].copy_from_slice(src);
-            self.used += k;
-            out = &mut out[k..];
-        }
-        Ok(())
-    }
-
-    /// The hash of the whole payload (bytes not consumed are read and hashed too).
-    fn finish(mut self) -> Result<u64> {
-        let mut rest = [0u8; 4096];
-        while self.remaining() > 0 {
-            let k = (self.remaining() as usize).min(rest.len());
-            self.read_exact(&mut rest[..k])?;
-        }
-        Ok(self.hash.digest())
-    }
-}
-
-/// Write a checkpoint of the index to the inactive slot. Returns false if skipped
-/// because the index does not fit.
-pub(crate) fn checkpoint(inner: &Inner) -> Result<bool> {
-    let mut last = inner.ckpt_lock.lock();
-    let _active = crate::db::ActiveFlag::set(&inner.ckpt_active);
-    let g = &inner.layout.geo;
-    inner.bytes_since_ckpt.store(0, Relaxed);
-    if g.ckpt_slot_size < 8192 {
-        inner.c.checkpoint_skipped.fetch_add(1, Relaxed);
-        return Ok(false);
-    }
-    let t0 = Instant::now();
-    // Band table first, then replay_from: a slot that became durable in between is
-    // then replayed once more, which is harmless; the other order could skip one.
-    // Under the write state: in capacity-only mode a segment is durable (and out of
-    // DRAM) before its group is applied to the index; no group may be half-applied here.
-    let ws = inner.ws.lock();
-    let bands: Vec<BandRecord> = {
-        let bt = inner.bands.lock();
-        bt.bands
-            .iter()
-            .enumerate()
-            .map(|(i, b)| BandRecord {
-                in_use: b.state != BandState::Free,
-                first_seq: b.first_seq,
-                written_slots: b.written_slots as u32,
-                min_seq: inner.band_min_seq[i].load(Relaxed),
-            })
-            .collect()
-    };
-    let next_record_seq = inner.seq_hint.load(SeqCst);
-    let hint = inner.next_seg_hint.load(SeqCst);
-    let in_dram = inner.bufs.read().values().map(|b| b.seq).min();
-    let replay_from = in_dram.map_or(hint, |m| m.min(hint));
-    drop(ws);
-
-    let seq = *last + 1;
-    let slot_off = g.ckpt_offset + (seq % 2) * g.ckpt_slot_size;
-    let limit = g.ckpt_slot_size - CKPT_HEADER;
-    let meta = inner.pool.meta().clone();
-    let mut w = ChunkWriter::new(&meta, slot_off + CKPT_HEADER, limit);
-    let mut tb = Vec::with_capacity(bands.len() * BAND_RECORD);
-    for b in &bands {
-        b.encode_into(&mut tb);
-    }
-    let mut fits = w.put(&tb)?;
-    let shards = inner.index.shard_count();
-    for s in 0..shards {
-        if !fits {
-            break;
-        }
-        let img = inner.index.shard_image(s);
-        fits = w.put(&(img.len() as u64).to_le_bytes())? && w.put(&img)?;
-    }
-    if !fits {
-        tracing::warn!(
-            "checkpoint skipped: the index does not fit the checkpoint slot (recovery will scan)"
-        );
-        inner.c.checkpoint_skipped.fetch_add(1, Relaxed);
-        return Ok(false);
-    }
-    let (len, hash) = w.finish()?;
-    crate::pool::sync(&meta, "syncing a checkpoint")?;
-    let took_us = t0.elapsed().as_micros() as u64;
-    let h = CheckpointHeader {
-        ckpt_seq: seq,
-        pool_tag: inner.tag,
-        replay_from_seq: replay_from,
-        next_record_seq,
-        shards: shards as u32,
-        bands: bands.len() as u32,
-        payload_len: len,
-        payload_hash: hash,
-        took_us,
-    };
-    crate::pool::write_block(&meta, slot_off, &h.encode(), "writing a checkpoint header")?;
-    crate::pool::sync(&meta, "syncing a checkpoint")?;
-    *last = seq;
-    tracing::info!(
-        seq,
-        bytes = len + CKPT_HEADER,
-        took_us,
-        "checkpoint written"
-    );
-    inner.c.checkpoints.fetch_add(1, Relaxed);
-    inner
-        .c
-        .checkpoint_bytes
-        .fetch_add(len + CKPT_HEADER, Relaxed);
-    inner
-        .c
-        .last_checkpoint_us
-        .store(t0.elapsed().as_micros() as u64, Relaxed);
-    Ok(true)
-}
-
-/// Streams bytes to a device region in aligned 8 MiB writes, hashing as it goes.
-struct ChunkWriter<'a> {
-    dev: &'a Arc<dyn crate::device::Device>,
-    base: u64,
-    limit: u64,
-    buf: AlignedBuf,
-    fill: usize,
-    written: u64,
-    hash: Xxh3,
-}
-
-impl<'a> ChunkWriter<'a> {
-    fn new(dev: &'a Arc<dyn crate::device::Device>, base: u64, limit: u64) -> Self {
-        ChunkWriter {
-            dev,
-            base,
-            limit,
-            buf: AlignedBuf::new(8 << 20),
-            fill: 0,
-            written: 0,
-            hash: Xxh3::new(),
-        }
-    }
-
-    /// Append; false if the region is full.
-    fn put(&mut self, mut b: &[u8]) -> Result<bool> {
-        if self.written + self.fill as u64 + b.len() as u64 > self.limit {
-            return Ok(false);
-        }
-        self.hash.update(b);
-        while !b.is_empty() {
-            let n = (self.buf.len() - self.fill).min(b.len());
-            self.buf[self.fill..self.fill + n].copy_from_slice(&b[..n]);
-            self.fill += n;
-            b = &b[n..];
-            if self.fill == self.buf.len() {
-                self.spill(self.buf.len())?;
-            }
-        }
-        Ok(true)
-    }
-
-    fn spill(&mut self, n: usize) -> Result<()> {
-        let n = round_up(n, 4096);
-        if self.fill < n {
-            self.buf[self.fill..n].fill(0);
-        }
-        self.dev
-            .write_at(&self.buf[..n], self.base + self.written)
-            .map_err(|e| Error::io(&self.dev.info().path, "writing a checkpoint", e))?;
-        self.written += self.fill as u64;
-        self.fill = 0;
-        Ok(())
-    }
-
-    fn finish(mut self) -> Result<(u64, u64)> {
-        if self.fill > 0 {
-            let n = self.fill;
-            self.spill(n)?;
-        }
-        Ok((self.written, self.hash.digest()))
-    }
 }

@@ -4,12 +4,12 @@
 //! summaries and every record checksum, then every index entry against the
 //! record it points at (key digest, checksum), and the space accounting.
 
-use crate::db::{BandState, Db, Inner};
+use super::band::BandState;
+use super::pad::PadReader;
+use super::scanner::{parse_records, BandScanner, Found, Source};
+use super::state::Engine;
 use crate::error::Result;
 use crate::format::*;
-use crate::pad::PadReader;
-use crate::scan::{BandScanner, Found, Source};
-use std::sync::atomic::Ordering::Relaxed;
 
 /// What [`Db::check`] found.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -46,13 +46,13 @@ impl CheckReport {
     }
 }
 
-pub(crate) fn check(db: &Db) -> Result<CheckReport> {
-    let inner = &db.inner;
-    db.flush()?;
-    let _gc = inner.gc_lock.lock();
+pub(crate) fn check(e: &Engine) -> Result<CheckReport> {
+    e.check_failed()?;
+    e.writer_barrier()?;
+    let _gc = e.gc_lock.lock();
     let mut rep = CheckReport::default();
     let bands: Vec<(u32, u64, u64)> = {
-        let bt = inner.bands.lock();
+        let bt = e.bands.lock();
         bt.bands
             .iter()
             .enumerate()
@@ -62,25 +62,25 @@ pub(crate) fn check(db: &Db) -> Result<CheckReport> {
     };
     for (band, written, first_seq) in bands {
         rep.bands_scanned += 1;
-        check_band(inner, band, written, first_seq, &mut rep)?;
+        check_band(e, band, written, first_seq, &mut rep)?;
     }
-    check_pad(inner, &mut rep)?;
-    check_index(inner, &mut rep);
+    check_pad(e, &mut rep)?;
+    check_index(e, &mut rep);
     Ok(rep)
 }
 
 /// Every segment of one band: headers, summaries, and each record's checksum,
 /// digest and seq against its summary entry.
 fn check_band(
-    inner: &Inner,
+    e: &Engine,
     band: u32,
     written: u64,
     first_seq: u64,
     rep: &mut CheckReport,
 ) -> Result<()> {
-    let l = &inner.layout;
-    let dig = |k: &[u8]| inner.digest(k);
-    let mut sc = BandScanner::new(l, &inner.pool.caps, inner.tag, band, first_seq, &dig);
+    let l = &e.layout;
+    let dig = |k: &[u8]| e.digest(k);
+    let mut sc = BandScanner::new(l, &e.pool.caps, e.tag, band, first_seq, &dig);
     sc.scan(0, written, false, &mut |f| {
         let s = match f {
             Found::Segment(s) => s,
@@ -95,7 +95,7 @@ fn check_band(
             }
         };
         let slot = l.first_slot(band) + s.slot;
-        if inner.bufs.read().contains_key(&slot) {
+        if e.segments.contains(slot) {
             return Ok(());
         }
         rep.segments += 1;
@@ -110,8 +110,8 @@ fn check_band(
                 s.slot
             )),
         }
-        for e in &s.entries {
-            check_record(inner, band, slot, s.slot, s.data, e, rep);
+        for se in &s.entries {
+            check_record(e, band, slot, s.slot, s.data, se, rep);
         }
         Ok(())
     })?;
@@ -119,25 +119,25 @@ fn check_band(
 }
 
 fn check_record(
-    inner: &Inner,
+    e: &Engine,
     band: u32,
     slot: u64,
     i: u64,
     data: &[u8],
-    e: &SummaryEntry,
+    se: &SummaryEntry,
     rep: &mut CheckReport,
 ) {
-    let o = e.offset as usize;
-    let here = Loc::new(slot, e.offset, e.len, e.tombstone);
+    let o = se.offset as usize;
+    let here = Loc::new(slot, se.offset, se.len, se.tombstone);
     // A record that does not match its summary entry matters only if the index
     // points at it. Dead ones are expected after a crash in tiered mode: a
     // segment torn under a valid footer, whose records the pad re-applied at
     // newer positions (design.md §10.6).
-    let live = || inner.index.get(e.digest) == Some(here.0);
-    let problem = match data.get(o..o + e.len as usize).map(decode_record) {
+    let live = || e.index.get(se.digest) == Some(here.0);
+    let problem = match data.get(o..o + se.len as usize).map(decode_record) {
         Some(Ok((h, key, _))) => {
             rep.records += 1;
-            (inner.digest(key) != e.digest || h.seq != e.seq)
+            (e.digest(key) != se.digest || h.seq != se.seq)
                 .then_some("summary disagrees with record")
         }
         _ => Some("record checksum mismatch"),
@@ -154,12 +154,12 @@ fn check_record(
 }
 
 /// The live part of the write pad: every batch still needed must be intact.
-fn check_pad(inner: &Inner, rep: &mut CheckReport) -> Result<()> {
-    let Some(p) = &inner.pad else { return Ok(()) };
+fn check_pad(e: &Engine, rep: &mut CheckReport) -> Result<()> {
+    let Some(p) = &e.pad else { return Ok(()) };
     // Under the write state no group commit is writing the pad.
-    let _ws = inner.ws.lock();
-    let batches: Vec<(u64, u64)> = p.st.lock().batches.iter().copied().collect();
-    let r = PadReader::new(p, inner.tag);
+    let _ws = e.write_state.lock();
+    let batches = p.batches();
+    let r = PadReader::new(p, e.tag);
     for (virt, seq) in batches {
         rep.pad_batches += 1;
         if r.batch_at(virt, Some(seq))?.is_none() {
@@ -173,20 +173,20 @@ fn check_pad(inner: &Inner, rep: &mut CheckReport) -> Result<()> {
 
 /// Every index entry must point at a record of a key with its digest, and the
 /// space accounting must match the index.
-fn check_index(inner: &Inner, rep: &mut CheckReport) {
-    let l = &inner.layout;
-    let mut locs = Vec::with_capacity(inner.index.len());
-    inner.index.for_each(|l| locs.push(l));
+fn check_index(e: &Engine, rep: &mut CheckReport) {
+    let l = &e.layout;
+    let mut locs = Vec::with_capacity(e.index.len());
+    e.index.for_each(|l| locs.push(l));
     let mut live = vec![0u64; l.bands as usize];
     for raw in locs {
         let loc = Loc(raw);
         live[l.band_of_slot(loc.slot()) as usize] += loc.len8() as u64;
-        match inner
+        match e
             .read_record(loc)
-            .and_then(|b| decode_record(&b).map(|(h, k, _)| (h, inner.digest(k))))
+            .and_then(|b| decode_record(&b).map(|(h, k, _)| (h, e.digest(k))))
         {
             Ok((h, d)) => {
-                if inner.index.get(d) != Some(raw) {
+                if e.index.get(d) != Some(raw) {
                     rep.errors.push(format!(
                         "index entry {raw:#x} points at a record of another key"
                     ));
@@ -203,11 +203,11 @@ fn check_index(inner: &Inner, rep: &mut CheckReport) {
                     rep.live_bytes += loc.len8() as u64;
                 }
             }
-            Err(e) => rep.errors.push(format!("index entry {raw:#x}: {e}")),
+            Err(err) => rep.errors.push(format!("index entry {raw:#x}: {err}")),
         }
     }
     for (b, want) in live.iter().enumerate() {
-        let have = inner.band_live[b].load(Relaxed);
+        let have = e.status.band_live(b);
         if have != *want {
             rep.errors.push(format!(
                 "band {b}: accounted live bytes {have} but index says {want}"
@@ -218,75 +218,63 @@ fn check_index(inner: &Inner, rep: &mut CheckReport) {
 
 /// Every record of `key` still on the capacity tier, oldest band first — for
 /// diagnosing a crash test failure (which version recovery chose, and why).
-pub(crate) fn trace_key(db: &Db, key: &[u8]) -> Result<Vec<String>> {
-    let inner = &db.inner;
-    let l = &inner.layout;
-    let d = inner.digest(key);
-    let cur = inner.index.get(d);
+pub(crate) fn trace_key(e: &Engine, key: &[u8]) -> Result<Vec<String>> {
+    let d = e.digest(key);
+    let cur = e.index.get(d);
     let mut out = vec![format!(
         "index: {}",
-        match cur {
-            Some(c) => {
-                let c = Loc(c);
-                format!(
-                    "slot {} offset {} tombstone {}",
-                    c.slot(),
-                    c.offset(),
-                    c.is_tombstone()
-                )
-            }
+        match cur.map(Loc) {
+            Some(c) => format!(
+                "slot {} offset {} tombstone {}",
+                c.slot(),
+                c.offset(),
+                c.is_tombstone()
+            ),
             None => "absent".into(),
         }
     )];
     // DRAM segments first: one that reaches the device while we look is then
     // seen here even if the band table read below predates it.
-    let dram: Vec<_> = inner.bufs.read().values().cloned().collect();
-    let bands: Vec<(u32, u64, u64, BandState)> = {
-        let bt = inner.bands.lock();
-        let mut v: Vec<_> = bt
-            .bands
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.state != BandState::Free)
-            .map(|(i, b)| (i as u32, b.written_slots, b.first_seq, b.state))
-            .collect();
-        v.sort_by_key(|b| b.2);
-        v
-    };
-    let dig = |k: &[u8]| inner.digest(k);
+    let dram = e.segments.all();
+    let bands = bands_by_age(e);
+    let dig = |k: &[u8]| e.digest(k);
     let mut show = |band: u32,
                     state: BandState,
                     first_seq: u64,
                     slot: u64,
                     seq: u64,
                     how: &str,
-                    e: &SummaryEntry| {
-        let here = Loc::new(slot, e.offset, e.len, e.tombstone);
+                    se: &SummaryEntry| {
+        let here = Loc::new(slot, se.offset, se.len, se.tombstone);
         out.push(format!(
             "band {band} ({state:?}, first_seq {first_seq}) slot {slot} (seg seq {seq}{how}) offset {} len {} seq {} tombstone {} more {}{}",
-            e.offset,
-            e.len,
-            e.seq,
-            e.tombstone,
-            e.more,
+            se.offset,
+            se.len,
+            se.seq,
+            se.tombstone,
+            se.more,
             if cur == Some(here.0) { "  <- index" } else { "" }
         ));
     };
+    let l = &e.layout;
     for (band, written, first_seq, state) in bands {
-        let mut sc = BandScanner::new(l, &inner.pool.caps, inner.tag, band, first_seq, &dig);
+        let mut sc = BandScanner::new(l, &e.pool.caps, e.tag, band, first_seq, &dig);
         sc.scan(0, written, false, &mut |f| {
             if let Found::Segment(s) = f {
-                let how = match s.source {
-                    Source::Summary => "",
-                    Source::Parsed => ", no summary",
-                    Source::HeaderDamaged => ", header damaged",
-                };
                 let slot = l.first_slot(band) + s.slot;
                 if dram.iter().any(|b| b.slot == slot) {
                     return Ok(()); // shown from DRAM below
                 }
-                for e in s.entries.iter().filter(|e| e.digest == d) {
-                    show(band, state, first_seq, slot, s.seq, how, e);
+                for se in s.entries.iter().filter(|se| se.digest == d) {
+                    show(
+                        band,
+                        state,
+                        first_seq,
+                        slot,
+                        s.seq,
+                        source_note(s.source),
+                        se,
+                    );
                 }
             }
             Ok(())
@@ -295,10 +283,33 @@ pub(crate) fn trace_key(db: &Db, key: &[u8]) -> Result<Vec<String>> {
     // Segments still in DRAM (open, or on their way to the device).
     for b in dram {
         let data = b.data.read();
-        let (entries, _) = crate::scan::parse_records(&data, b.seq, &dig);
-        for e in entries.iter().filter(|e| e.digest == d) {
-            show(b.band, BandState::Open, 0, b.slot, b.seq, ", in DRAM", e);
+        let (entries, _) = parse_records(&data, b.seq, &dig);
+        for se in entries.iter().filter(|se| se.digest == d) {
+            show(b.band, BandState::Open, 0, b.slot, b.seq, ", in DRAM", se);
         }
     }
     Ok(out)
+}
+
+/// Bands in use as `(band, written slots, first seq, state)`, oldest first.
+fn bands_by_age(e: &Engine) -> Vec<(u32, u64, u64, BandState)> {
+    let bt = e.bands.lock();
+    let mut v: Vec<_> = bt
+        .bands
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.state != BandState::Free)
+        .map(|(i, b)| (i as u32, b.written_slots, b.first_seq, b.state))
+        .collect();
+    v.sort_by_key(|b| b.2);
+    v
+}
+
+/// How a segment's entries were read, as `trace_key` says it.
+fn source_note(s: Source) -> &'static str {
+    match s {
+        Source::Summary => "",
+        Source::Parsed => ", no summary",
+        Source::HeaderDamaged => ", header damaged",
+    }
 }
