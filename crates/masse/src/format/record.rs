@@ -15,8 +15,21 @@ pub fn seg_tag(segment_seq: u64) -> u32 {
 
 /// Bytes of the record header.
 pub const RECORD_HEADER: usize = 24;
-/// Offset of the flags byte in a record header.
+/// Offset in a record header of the crc32c (u32); it covers every byte after
+/// itself, header and payload.
+pub const REC_CRC_AT: usize = 0;
+/// Offset in a record header of the segment tag (u32), the first byte the crc covers.
+pub const REC_SEG_TAG_AT: usize = 4;
+/// Offset in a record header of the operation sequence number (u64).
+pub const REC_SEQ_AT: usize = 8;
+/// Offset in a record header of the key length (u16).
+pub const REC_KEY_LEN_AT: usize = 16;
+/// Offset of the flags byte in a record header (a zero byte follows it).
 pub const REC_FLAGS_AT: usize = 18;
+/// Offset in a record header of the value length (u32), its last field.
+pub const REC_VAL_LEN_AT: usize = 20;
+// The offsets above tile the header exactly; a new field must move this too.
+const _: () = assert!(REC_VAL_LEN_AT + 4 == RECORD_HEADER);
 /// Record flag: this record is a tombstone (delete).
 pub const REC_TOMBSTONE: u8 = 1;
 /// Record flag: more records of the same atomic group follow; recovery applies
@@ -57,8 +70,8 @@ pub fn record_len(key_len: usize, val_len: usize) -> usize {
 /// copied to a segment with another tag must be re-encoded.
 pub fn encode_record(out: &mut [u8], seg_tag: u32, seq: u64, flags: u8, key: &[u8], value: &[u8]) {
     encode_record_unsealed(out, seg_tag, seq, flags, key, value);
-    let crc = crc32c::crc32c(&out[4..]);
-    out[..4].copy_from_slice(&crc.to_le_bytes());
+    let crc = crc32c::crc32c(&out[REC_SEG_TAG_AT..]);
+    out[REC_CRC_AT..REC_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Like [`encode_record`] but leaves the crc zero, for a record whose seq and
@@ -88,9 +101,9 @@ pub fn encode_record_unsealed(
 
 /// Re-stamp an encoded record with a new segment tag (recomputes the crc).
 pub fn retag_record(rec: &mut [u8], seg_tag: u32) {
-    rec[4..8].copy_from_slice(&seg_tag.to_le_bytes());
-    let crc = crc32c::crc32c(&rec[4..]);
-    rec[..4].copy_from_slice(&crc.to_le_bytes());
+    rec[REC_SEG_TAG_AT..REC_SEG_TAG_AT + 4].copy_from_slice(&seg_tag.to_le_bytes());
+    let crc = crc32c::crc32c(&rec[REC_SEG_TAG_AT..]);
+    rec[REC_CRC_AT..REC_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Parse the header at the start of `b` without checking the crc.
@@ -99,11 +112,11 @@ pub fn peek_record(b: &[u8]) -> Option<RecordHeader> {
         return None;
     }
     let h = RecordHeader {
-        seg_tag: le32(b, 4),
-        seq: le64(b, 8),
-        key_len: u16::from_le_bytes([b[16], b[17]]),
+        seg_tag: le32(b, REC_SEG_TAG_AT),
+        seq: le64(b, REC_SEQ_AT),
+        key_len: u16::from_le_bytes([b[REC_KEY_LEN_AT], b[REC_KEY_LEN_AT + 1]]),
         flags: b[REC_FLAGS_AT],
-        val_len: le32(b, 20),
+        val_len: le32(b, REC_VAL_LEN_AT),
     };
     if h.key_len == 0 || h.key_len as usize > MAX_KEY_LEN || h.val_len as usize > MAX_VALUE_LEN {
         return None;
@@ -113,7 +126,7 @@ pub fn peek_record(b: &[u8]) -> Option<RecordHeader> {
 
 /// The key of an encoded record (whose header is known to be well formed).
 pub fn record_key(rec: &[u8]) -> &[u8] {
-    let n = u16::from_le_bytes([rec[16], rec[17]]) as usize;
+    let n = u16::from_le_bytes([rec[REC_KEY_LEN_AT], rec[REC_KEY_LEN_AT + 1]]) as usize;
     &rec[RECORD_HEADER..RECORD_HEADER + n]
 }
 
@@ -124,7 +137,7 @@ pub fn decode_record(b: &[u8]) -> Result<(RecordHeader, &[u8], &[u8])> {
     if b.len() < total {
         return Err(Error::Corruption("record truncated".into()));
     }
-    if crc32c::crc32c(&b[4..total]) != le32(b, 0) {
+    if crc32c::crc32c(&b[REC_SEG_TAG_AT..total]) != le32(b, REC_CRC_AT) {
         return Err(Error::Corruption("record checksum mismatch".into()));
     }
     let k = RECORD_HEADER + h.key_len as usize;
