@@ -314,9 +314,16 @@ pub(crate) fn read_counter(a: &AtomicU64) -> u64 {
 impl Stats {
     /// Human-readable multi-line report.
     pub fn to_text(&self) -> String {
-        use std::fmt::Write;
         let mut s = String::new();
-        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        self.text_writes(&mut s);
+        self.text_upkeep(&mut s);
+        self.text_reads_and_devices(&mut s);
+        s
+    }
+
+    /// The report's lines on what was written and where: operations, tiers, bands, pad.
+    fn text_writes(&self, s: &mut String) {
+        use std::fmt::Write;
         let _ = writeln!(s, "mode                 {}", self.mode);
         let _ = writeln!(
             s,
@@ -357,6 +364,11 @@ impl Stats {
             self.commit_groups,
             self.commit_records
         );
+    }
+
+    /// The report's lines on background work: GC, index, checkpoints, recovery.
+    fn text_upkeep(&self, s: &mut String) {
+        use std::fmt::Write;
         let _ = writeln!(
             s,
             "gc                   {} passes, {} bands freed, {:.1} MiB read, {} records / {:.1} MiB moved, {} tombstones dropped; {} write stalls ({} µs)",
@@ -398,6 +410,11 @@ impl Stats {
         for w in &self.recovery_notes {
             let _ = writeln!(s, "recovery note        {w}");
         }
+    }
+
+    /// The report's lines on reads, per-device I/O and latency.
+    fn text_reads_and_devices(&self, s: &mut String) {
+        use std::fmt::Write;
         let _ = writeln!(
             s,
             "reads                {} from DRAM buffers, {} from devices, {} retries; {} checksum failures",
@@ -434,8 +451,12 @@ impl Stats {
                 l.max_ns as f64 / 1e3
             );
         }
-        s
     }
+}
+
+/// Bytes in MiB, for the text report.
+fn mib(b: u64) -> f64 {
+    b as f64 / (1 << 20) as f64
 }
 
 /// Space of the capacity tier as writers see it, from [`crate::Db::space`]. Cheap

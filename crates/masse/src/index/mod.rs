@@ -3,10 +3,11 @@
 //! # What is stored
 //!
 //! A key is known to the index only by its 128-bit [`Digest`],
-//! `xxh3_128(key)` (see [`digest`]; XXH3 is specified bit-exactly, so digests
-//! are stable across platforms and crate versions). The index maps a digest to
-//! a *location*, an opaque `u64` chosen by the engine: the index never
-//! interprets it, and two locations are the same iff their `u64`s are equal.
+//! `xxh3_128(key)` (see [`digest`](fn@digest); XXH3 is specified
+//! bit-exactly, so digests are stable across platforms and crate versions).
+//! The index maps a digest to a *location*, an opaque `u64` chosen by the
+//! engine: the index never interprets it, and two locations are the same iff
+//! their `u64`s are equal.
 //!
 //! Every slot is 16 bytes: `fp: u64`, the low 64 bits of the digest (0 is
 //! remapped to 1, because `fp == 0` marks an empty slot), and `loc: u64`. The
@@ -87,67 +88,28 @@
 //! image is an [`IndexImageError`], never a panic or a silently wrong index. An
 //! image is only meaningful in an index with the same shard count as the one it
 //! was taken from (the shard number is implied, not stored).
+//!
+//! # Where the code is
+//!
+//! This file holds the public [`Index`] handle: its shards, locks and growth
+//! policy. `digest` turns keys into digests and fingerprints, `table` is one
+//! shard's open-addressing table, and `image` saves and restores a shard for
+//! checkpoints.
+
+mod digest;
+mod image;
+mod table;
 
 use std::fmt;
 
 use parking_lot::RwLock;
 
-/// A key's identity in the index: `xxh3_128(key)`.
-pub type Digest = u128;
-
-/// The digest of `key` as pools of format version 1 compute it: unkeyed
-/// XXH3-128 (seed 0), stable across platforms and versions. Anyone who knows it
-/// can search for keys that collide (for 16-byte keys they can even be
-/// computed directly); pools of format version 2 use [`KeyDigest::Keyed`].
-#[inline]
-pub fn digest(key: &[u8]) -> Digest {
-    xxhash_rust::xxh3::xxh3_128(key)
-}
-
-/// How a pool turns keys into [`Digest`]s: chosen at create and recorded in
-/// the superblock.
-///
-/// The index tells keys apart by `64 + log2(shards)` bits of the digest alone,
-/// and a put or delete whose digest matches an existing entry replaces it. If
-/// whoever chooses keys (a network client, a file name) could compute digests,
-/// they could search offline for a key that replaces another key. With a
-/// secret per-pool key for a pseudo-random function they cannot: each guess
-/// needs a write to the pool and succeeds with probability `n / 2^(64 + log2
-/// shards)` for a pool of `n` keys (5e-15 at 10^8 keys).
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum KeyDigest {
-    /// Format version 1: [`digest`], unkeyed.
-    Xxh3,
-    /// Format version 2: SipHash-2-4 with 128-bit output, keyed with the pool's
-    /// secret (16 random bytes, kept in the superblock, never shown).
-    Keyed([u8; 16]),
-}
-
-impl KeyDigest {
-    /// The digest of `key` in this pool.
-    #[inline]
-    pub fn digest(&self, key: &[u8]) -> Digest {
-        use std::hash::Hasher;
-        match self {
-            KeyDigest::Xxh3 => digest(key),
-            KeyDigest::Keyed(k) => {
-                let mut h = siphasher::sip128::SipHasher24::new_with_key(k);
-                h.write(key);
-                siphasher::sip128::Hasher128::finish128(&h).into()
-            }
-        }
-    }
-}
-
-impl fmt::Debug for KeyDigest {
-    // Never print the secret.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            KeyDigest::Xxh3 => f.write_str("Xxh3"),
-            KeyDigest::Keyed(_) => f.write_str("Keyed(..)"),
-        }
-    }
-}
+pub use digest::{digest, fingerprint, Digest, KeyDigest};
+pub use image::IndexImageError;
+pub use table::SLOT_BYTES;
+use table::{
+    displacement, home, insert_at, max_len_for, probe, rebuild, retain_table, Probe, Shard,
+};
 
 /// Default number of shards of [`Index::new`] and [`Index::with_capacity`].
 pub const DEFAULT_SHARDS: usize = 1024;
@@ -160,12 +122,6 @@ pub const DEFAULT_GROWTH: f64 = 1.25;
 
 /// Smallest non-empty table; a shard allocates nothing until its first insert.
 const MIN_CAP: usize = 8;
-
-/// Size of one slot in bytes (fingerprint + location).
-pub const SLOT_BYTES: usize = 16;
-
-/// Size of the header of a shard image (capacity, count).
-const IMAGE_HEADER: usize = 16;
 
 /// Tuning knobs of an [`Index`]; see [`Index::with_options`].
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -204,298 +160,6 @@ pub struct IndexStats {
     pub max_displacement: usize,
     /// Mean distance of an entry from its home slot.
     pub mean_displacement: f64,
-}
-
-/// Why a shard image was rejected by [`Index::load_shard_image`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum IndexImageError {
-    /// The shard number is not below the index's shard count.
-    NoSuchShard {
-        /// Requested shard.
-        shard: usize,
-        /// Shard count of the index.
-        shards: usize,
-    },
-    /// The image length does not match the capacity in its header.
-    BadLength {
-        /// Length the header implies (`None`: overflows).
-        expected: Option<u64>,
-        /// Actual length of the image.
-        actual: usize,
-    },
-    /// The entry count in the header is not the number of non-empty slots.
-    BadCount {
-        /// Count in the header.
-        header: u64,
-        /// Non-empty slots in the image.
-        actual: u64,
-    },
-    /// The table would have no empty slot (capacity must exceed count).
-    Full {
-        /// Capacity in the header.
-        capacity: u64,
-    },
-    /// A slot is out of probe order (or a fingerprint is duplicated), so lookups would miss it.
-    Disordered {
-        /// Slot index.
-        slot: u64,
-    },
-}
-
-impl fmt::Display for IndexImageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IndexImageError::NoSuchShard { shard, shards } => {
-                write!(
-                    f,
-                    "index image: shard {shard} out of range (index has {shards} shards)"
-                )
-            }
-            IndexImageError::BadLength {
-                expected: Some(e),
-                actual,
-            } => {
-                write!(f, "index image: length {actual} bytes, header implies {e}")
-            }
-            IndexImageError::BadLength {
-                expected: None,
-                actual,
-            } => {
-                write!(
-                    f,
-                    "index image: length {actual} bytes, header capacity overflows"
-                )
-            }
-            IndexImageError::BadCount { header, actual } => {
-                write!(
-                    f,
-                    "index image: header says {header} entries, table holds {actual}"
-                )
-            }
-            IndexImageError::Full { capacity } => {
-                write!(
-                    f,
-                    "index image: no empty slot in a table of capacity {capacity}"
-                )
-            }
-            IndexImageError::Disordered { slot } => {
-                write!(
-                    f,
-                    "index image: slot {slot} is out of probe order or duplicated"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for IndexImageError {}
-
-/// One slot: `[fp, loc]`; `fp == 0` is empty. An array (not a struct) so that
-/// `vec![EMPTY; n]` is a zeroed allocation (untouched pages cost no DRAM).
-type Slot = [u64; 2];
-
-const EMPTY: Slot = [0, 0];
-
-/// The stored fingerprint of a digest: its low 64 bits, 0 remapped to 1.
-#[inline]
-pub fn fingerprint(d: Digest) -> u64 {
-    let fp = d as u64;
-    if fp == 0 {
-        1
-    } else {
-        fp
-    }
-}
-
-/// Home slot of `fp` in a table of `cap` slots (fastrange).
-#[inline]
-fn home(fp: u64, cap: usize) -> usize {
-    ((fp as u128 * cap as u128) >> 64) as usize
-}
-
-/// Distance of slot `pos` from the home of `fp`, cyclically.
-#[inline]
-fn displacement(fp: u64, pos: usize, cap: usize) -> usize {
-    let h = home(fp, cap);
-    if pos >= h {
-        pos - h
-    } else {
-        pos + cap - h
-    }
-}
-
-/// Result of probing a table for a fingerprint.
-enum Probe {
-    /// The fingerprint is at this slot.
-    Found(usize),
-    /// Absent; this is where it would be inserted.
-    Vacant(usize),
-}
-
-/// Finds `fp` in `t`, or the slot where it belongs. `t` must have an empty slot.
-#[inline]
-fn probe(t: &[Slot], fp: u64) -> Probe {
-    let cap = t.len();
-    if cap == 0 {
-        return Probe::Vacant(0);
-    }
-    let mut pos = home(fp, cap);
-    let mut k = 0usize;
-    while k < cap {
-        let efp = t[pos][0];
-        if efp == fp {
-            return Probe::Found(pos);
-        }
-        if efp == 0 {
-            return Probe::Vacant(pos);
-        }
-        let d = displacement(efp, pos, cap);
-        if d < k || (d == k && efp > fp) {
-            return Probe::Vacant(pos);
-        }
-        k += 1;
-        pos += 1;
-        if pos == cap {
-            pos = 0;
-        }
-    }
-    // Unreachable while the table has an empty slot (an invariant).
-    Probe::Vacant(pos)
-}
-
-/// Puts `slot` at `pos` (a `Probe::Vacant` answer), shifting the rest of the
-/// cluster up by one. `t` must have an empty slot.
-fn insert_at(t: &mut [Slot], pos: usize, slot: Slot) {
-    let cap = t.len();
-    // Next empty slot at or after pos.
-    let mut r = pos;
-    let mut n = 0;
-    while t[r][0] != 0 {
-        r += 1;
-        if r == cap {
-            r = 0;
-        }
-        n += 1;
-        if n >= cap {
-            return; // full table: cannot happen (invariant), never loop forever
-        }
-    }
-    if r >= pos {
-        t.copy_within(pos..r, pos + 1);
-    } else {
-        t.copy_within(0..r, 1);
-        t[0] = t[cap - 1];
-        t.copy_within(pos..cap - 1, pos + 1);
-    }
-    t[pos] = slot;
-}
-
-/// Removes the entry at `pos` by backward shift.
-fn remove_at(t: &mut [Slot], pos: usize) {
-    let cap = t.len();
-    let mut j = pos;
-    loop {
-        let mut nx = j + 1;
-        if nx == cap {
-            nx = 0;
-        }
-        let e = t[nx];
-        if e[0] == 0 || nx == pos || displacement(e[0], nx, cap) == 0 {
-            break;
-        }
-        t[j] = e;
-        j = nx;
-    }
-    t[j] = EMPTY;
-}
-
-/// A table of `cap` empty slots (a zeroed allocation).
-fn empty_table(cap: usize) -> Box<[Slot]> {
-    vec![EMPTY; cap].into_boxed_slice()
-}
-
-/// The entries of `old` in a new table of `cap` slots (`cap` > entries).
-///
-/// One sequential pass: a table's entries, read in slot order, are sorted by
-/// fingerprint — except those of a cluster that wraps past the end, which sit
-/// at the start of the table and are the largest. Placing entries in
-/// fingerprint order at `max(home, previous + 1)` builds the new table with no
-/// probing or shifting; the few that would run past its end are inserted
-/// normally afterwards (an ordered table does not depend on insertion order).
-fn rebuild(old: &[Slot], cap: usize) -> Box<[Slot]> {
-    let old_cap = old.len();
-    let mut t = empty_table(cap);
-    let wrapped = |pos: usize, fp: u64| pos < home(fp, old_cap);
-    // Entries of the wrapped cluster at the start of `old`.
-    let n_wrapped = old
-        .iter()
-        .enumerate()
-        .take_while(|(pos, e)| e[0] != 0 && wrapped(*pos, e[0]))
-        .count();
-    let in_order = old[n_wrapped..]
-        .iter()
-        .chain(old[..n_wrapped].iter())
-        .filter(|e| e[0] != 0);
-    let mut w = 0usize;
-    let mut overflow: Vec<Slot> = Vec::new();
-    for e in in_order {
-        let p = home(e[0], cap).max(w);
-        if p < cap {
-            t[p] = *e;
-            w = p + 1;
-        } else {
-            overflow.push(*e);
-        }
-    }
-    for e in overflow {
-        if let Probe::Vacant(p) = probe(&t, e[0]) {
-            insert_at(&mut t, p, e);
-        }
-    }
-    t
-}
-
-/// Largest entry count allowed in a table of `cap` slots.
-fn max_len_for(cap: usize, max_load: f64) -> usize {
-    // One slot always stays empty (probes stop there); a 1-slot table (only a
-    // loaded image can have one) holds nothing and grows on the first insert.
-    if cap < 2 {
-        return 0;
-    }
-    ((cap as f64 * max_load) as usize).clamp(1, cap - 1)
-}
-
-/// One shard: a linear-probing table.
-struct Shard {
-    table: Box<[Slot]>,
-    len: usize,
-    /// Grow before `len` would exceed this.
-    max_len: usize,
-}
-
-impl Shard {
-    fn with_capacity(cap: usize, max_load: f64) -> Shard {
-        Shard {
-            table: empty_table(cap),
-            len: 0,
-            max_len: max_len_for(cap, max_load),
-        }
-    }
-
-    #[inline]
-    fn get(&self, fp: u64) -> Option<u64> {
-        match probe(&self.table, fp) {
-            Probe::Found(p) => Some(self.table[p][1]),
-            Probe::Vacant(_) => None,
-        }
-    }
-
-    fn remove_slot(&mut self, pos: usize) -> u64 {
-        let loc = self.table[pos][1];
-        remove_at(&mut self.table, pos);
-        self.len -= 1;
-        loc
-    }
 }
 
 /// A shard behind its lock, alone on its cache line(s).
@@ -865,163 +529,21 @@ impl Index {
         }
         st
     }
-
-    /// A self-describing little-endian image of shard `shard`: table capacity
-    /// (u64), entry count (u64), then every slot as `fp` (u64), `loc` (u64),
-    /// empty slots included. An out-of-range `shard` gives an empty vector
-    /// (which [`Index::load_shard_image`] rejects).
-    pub fn shard_image(&self, shard: usize) -> Vec<u8> {
-        let Some(p) = self.shards.get(shard) else {
-            return Vec::new();
-        };
-        let s = p.0.read();
-        let mut out = Vec::with_capacity(IMAGE_HEADER + s.table.len() * SLOT_BYTES);
-        out.extend_from_slice(&(s.table.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(s.len as u64).to_le_bytes());
-        for e in s.table.iter() {
-            out.extend_from_slice(&e[0].to_le_bytes());
-            out.extend_from_slice(&e[1].to_le_bytes());
-        }
-        out
-    }
-
-    /// Validates `image` (see [`Index::shard_image`]) and installs it as shard
-    /// `shard`, replacing its contents. On error the shard is unchanged.
-    ///
-    /// Checks: length = 16 + 16 × capacity; count = number of non-empty slots;
-    /// capacity > count (or both 0); every entry reachable from its home slot
-    /// in probe order with no duplicate fingerprint.
-    pub fn load_shard_image(&self, shard: usize, image: &[u8]) -> Result<(), IndexImageError> {
-        let Some(p) = self.shards.get(shard) else {
-            return Err(IndexImageError::NoSuchShard {
-                shard,
-                shards: self.shards.len(),
-            });
-        };
-        let t = parse_image(image)?;
-        let len = t.iter().filter(|e| e[0] != 0).count();
-        let mut s = p.0.write();
-        s.max_len = max_len_for(t.len(), self.max_load);
-        s.table = t;
-        s.len = len;
-        Ok(())
-    }
-}
-
-/// Decodes and validates a shard image into a table.
-fn parse_image(image: &[u8]) -> Result<Box<[Slot]>, IndexImageError> {
-    let word = |i: usize| -> u64 {
-        let mut b = [0u8; 8];
-        if let Some(s) = image.get(i * 8..i * 8 + 8) {
-            b.copy_from_slice(s);
-        }
-        u64::from_le_bytes(b)
-    };
-    if image.len() < IMAGE_HEADER {
-        return Err(IndexImageError::BadLength {
-            expected: Some(IMAGE_HEADER as u64),
-            actual: image.len(),
-        });
-    }
-    let cap64 = word(0);
-    let count = word(1);
-    let expected = cap64
-        .checked_mul(SLOT_BYTES as u64)
-        .and_then(|b| b.checked_add(IMAGE_HEADER as u64));
-    if expected != Some(image.len() as u64) {
-        return Err(IndexImageError::BadLength {
-            expected,
-            actual: image.len(),
-        });
-    }
-    // The length matched, so the capacity fits in memory (and in usize).
-    let cap = (image.len() - IMAGE_HEADER) / SLOT_BYTES;
-    let mut t = empty_table(cap);
-    let mut actual = 0u64;
-    for (i, e) in t.iter_mut().enumerate() {
-        *e = [word(2 + 2 * i), word(3 + 2 * i)];
-        if e[0] != 0 {
-            actual += 1;
-        }
-    }
-    if actual != count {
-        return Err(IndexImageError::BadCount {
-            header: count,
-            actual,
-        });
-    }
-    if cap64 <= count && !(cap64 == 0 && count == 0) {
-        return Err(IndexImageError::Full { capacity: cap64 });
-    }
-    // Probe order: an entry displaced by d > 0 must follow a non-empty slot
-    // whose entry is displaced by at least d - 1, and by exactly d - 1 (same
-    // home) only with a smaller fingerprint. This makes every entry reachable
-    // by `probe` and rules out duplicate fingerprints.
-    for pos in 0..cap {
-        let fp = t[pos][0];
-        if fp == 0 {
-            continue;
-        }
-        let d = displacement(fp, pos, cap);
-        if d == 0 {
-            continue;
-        }
-        let prev = if pos == 0 { cap - 1 } else { pos - 1 };
-        let pfp = t[prev][0];
-        let ok = pfp != 0 && {
-            let pd = displacement(pfp, prev, cap);
-            d < pd + 1 || (d == pd + 1 && pfp < fp)
-        };
-        if !ok {
-            return Err(IndexImageError::Disordered { slot: pos as u64 });
-        }
-    }
-    Ok(t)
-}
-
-/// Removes the entries of `t` whose location fails `f`, in one pass, keeping
-/// the probe order; returns how many were removed.
-fn retain_table(t: &mut [Slot], f: &mut impl FnMut(u64, u64) -> bool) -> usize {
-    let cap = t.len();
-    // Start right after an empty slot, so no cluster straddles the start.
-    let Some(empty) = t.iter().position(|e| e[0] == 0) else {
-        return 0;
-    };
-    let start = empty + 1;
-    let mut removed = 0;
-    // `w`: first free position (unwrapped coordinates, start..start+cap).
-    let mut w = start;
-    for lin in start..start + cap {
-        let pos = lin % cap;
-        let e = t[pos];
-        if e[0] == 0 {
-            continue;
-        }
-        t[pos] = EMPTY;
-        if !f(e[0], e[1]) {
-            removed += 1;
-            continue;
-        }
-        let home_lin = lin - displacement(e[0], pos, cap);
-        let dst = home_lin.max(w);
-        t[dst % cap] = e;
-        w = dst + 1;
-    }
-    removed
 }
 
 #[cfg(test)]
 mod tests {
+    use super::image::parse_image;
     use super::*;
     use proptest::prelude::*;
     use std::collections::HashMap;
 
     /// Checks every structural invariant of every shard.
-    fn check_invariants(ix: &Index) {
+    pub(super) fn check_invariants(ix: &Index) {
         check_invariants_of(ix, true);
     }
 
-    fn check_invariants_of(ix: &Index, load_bound: bool) {
+    pub(super) fn check_invariants_of(ix: &Index, load_bound: bool) {
         for i in 0..ix.shard_count() {
             let s = ix.shards[i].0.read();
             let n = s.table.iter().filter(|e| e[0] != 0).count();
@@ -1038,11 +560,11 @@ mod tests {
         }
     }
 
-    fn mk(hi: u64, lo: u64) -> Digest {
+    pub(super) fn mk(hi: u64, lo: u64) -> Digest {
         ((hi as u128) << 64) | lo as u128
     }
 
-    fn splitmix(mut z: u64) -> u64 {
+    pub(super) fn splitmix(mut z: u64) -> u64 {
         z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -1292,197 +814,6 @@ mod tests {
         }
         assert_eq!(total, 8 * per / 4);
         check_invariants(&ix);
-    }
-
-    #[test]
-    fn image_round_trip_and_identity() {
-        let ix = Index::with_shards(8, 0);
-        for i in 0..20_000u64 {
-            ix.insert(digest(&i.to_le_bytes()), i * 3);
-        }
-        for i in (0..20_000u64).step_by(3) {
-            ix.remove(digest(&i.to_le_bytes()));
-        }
-        let ix2 = Index::with_shards(8, 1_000_000);
-        let mut bytes = 0;
-        for s in 0..8 {
-            let img = ix.shard_image(s);
-            bytes += img.len();
-            ix2.load_shard_image(s, &img).expect("loads");
-            assert_eq!(ix2.shard_image(s), img, "bit-exact");
-        }
-        assert_eq!(ix2.memory_bytes(), ix.memory_bytes());
-        assert_eq!(bytes, 8 * 16 + ix.stats().capacity * 16);
-        for i in 0..20_000u64 {
-            let d = digest(&i.to_le_bytes());
-            assert_eq!(ix2.get(d), ix.get(d));
-        }
-        // keeps working after load (growth from a loaded table)
-        for i in 20_000..40_000u64 {
-            ix2.insert(digest(&i.to_le_bytes()), i);
-        }
-        check_invariants(&ix2);
-        assert_eq!(ix2.get(digest(&39_999u64.to_le_bytes())), Some(39_999));
-        // empty shards round-trip too
-        let e = Index::with_shards(2, 0);
-        let img = e.shard_image(1);
-        assert_eq!(img.len(), 16);
-        ix2.load_shard_image(1, &img).expect("empty image");
-        assert_eq!(ix2.shard_image(1), img);
-    }
-
-    fn image(cap: u64, count: u64, slots: &[(u64, u64)]) -> Vec<u8> {
-        let mut v = Vec::new();
-        v.extend_from_slice(&cap.to_le_bytes());
-        v.extend_from_slice(&count.to_le_bytes());
-        for (a, b) in slots {
-            v.extend_from_slice(&a.to_le_bytes());
-            v.extend_from_slice(&b.to_le_bytes());
-        }
-        v
-    }
-
-    #[test]
-    fn malformed_images_rejected() {
-        let ix = Index::with_shards(2, 0);
-        ix.insert(mk(0, 99), 5);
-        let before = ix.shard_image(0);
-        let bad = |img: &[u8]| {
-            let e = ix.load_shard_image(0, img).expect_err("must reject");
-            assert!(!e.to_string().is_empty());
-            assert_eq!(ix.shard_image(0), before, "shard unchanged on error");
-            e
-        };
-        // too short, bad lengths, overflowing capacity
-        assert!(matches!(bad(&[1, 2, 3]), IndexImageError::BadLength { .. }));
-        assert!(matches!(
-            bad(&image(4, 0, &[(0, 0); 3])),
-            IndexImageError::BadLength { .. }
-        ));
-        let mut trailing = image(1, 0, &[(0, 0)]);
-        trailing.push(0);
-        assert!(matches!(bad(&trailing), IndexImageError::BadLength { .. }));
-        assert!(matches!(
-            bad(&image(u64::MAX, 0, &[])),
-            IndexImageError::BadLength { expected: None, .. }
-        ));
-        // count mismatch
-        assert!(matches!(
-            bad(&image(
-                4,
-                2,
-                &[(0, 0), (u64::MAX / 4 + 1, 9), (0, 0), (0, 0)]
-            )),
-            IndexImageError::BadCount {
-                header: 2,
-                actual: 1
-            }
-        ));
-        // full table, and nonzero count in zero capacity
-        assert!(matches!(
-            bad(&image(1, 1, &[(5, 5)])),
-            IndexImageError::Full { .. }
-        ));
-        assert!(matches!(
-            bad(&image(0, 1, &[])),
-            IndexImageError::BadCount { .. }
-        ));
-        // entry separated from its home by an empty slot (home of fp 1 in cap 4 is 0)
-        assert!(matches!(
-            bad(&image(4, 1, &[(0, 0), (1, 1), (0, 0), (0, 0)])),
-            IndexImageError::Disordered { slot: 1 }
-        ));
-        // duplicate fingerprint
-        assert!(matches!(
-            bad(&image(4, 2, &[(1, 1), (1, 2), (0, 0), (0, 0)])),
-            IndexImageError::Disordered { slot: 1 }
-        ));
-        // same home out of fp order
-        assert!(matches!(
-            bad(&image(4, 2, &[(3, 1), (2, 2), (0, 0), (0, 0)])),
-            IndexImageError::Disordered { slot: 1 }
-        ));
-        // home order violated (fp with home 2 before fp with home 0)
-        let h2 = u64::MAX / 2 + 5;
-        assert!(matches!(
-            bad(&image(4, 3, &[(0, 0), (0, 0), (h2, 1), (7, 2)])),
-            IndexImageError::BadCount { .. }
-        ));
-        assert!(matches!(
-            bad(&image(4, 3, &[(9, 0), (0, 0), (h2, 1), (7, 2)])),
-            IndexImageError::Disordered { slot: 3 }
-        ));
-        // no such shard
-        assert!(matches!(
-            ix.load_shard_image(2, &before),
-            Err(IndexImageError::NoSuchShard {
-                shard: 2,
-                shards: 2
-            })
-        ));
-        assert!(ix.shard_image(2).is_empty());
-        // a valid wrapped cluster is accepted: home 3 entries wrapping to slot 0
-        let h3 = u64::MAX - 10;
-        let ok = image(4, 2, &[(h3 + 1, 2), (0, 0), (0, 0), (h3, 1)]);
-        ix.load_shard_image(1, &ok)
-            .expect("wrapped cluster is valid");
-        assert_eq!(ix.get(mk(u64::MAX, h3)), Some(1));
-        assert_eq!(ix.get(mk(u64::MAX, h3 + 1)), Some(2));
-        assert_eq!(ix.get(mk(u64::MAX, h3 + 2)), None);
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
-
-        /// Random corruptions of a valid image never panic; whatever loads is
-        /// structurally valid and every key in it can be found.
-        #[test]
-        fn fuzzed_images_never_panic(seed: u64, flips in proptest::collection::vec((0usize..2000, any::<u8>()), 1..8)) {
-            let ix = Index::with_shards(1, 0);
-            for i in 0..60u64 {
-                ix.insert(mk(0, splitmix(seed ^ i) % 4096 * (u64::MAX / 4096)), i);
-            }
-            let mut img = ix.shard_image(0);
-            for (at, b) in flips {
-                let at = at % img.len();
-                img[at] ^= b;
-            }
-            if ix.load_shard_image(0, &img).is_ok() {
-                check_invariants_of(&ix, false);
-                let cap = (img.len() - 16) / 16;
-                for s in 0..cap {
-                    let fp = u64::from_le_bytes(img[16 + 16 * s..24 + 16 * s].try_into().expect("8"));
-                    let loc = u64::from_le_bytes(img[24 + 16 * s..32 + 16 * s].try_into().expect("8"));
-                    if fp != 0 {
-                        prop_assert_eq!(ix.get(mk(0, fp)), Some(loc));
-                    }
-                }
-            }
-        }
-
-        /// Loading every shard image into an index with the same shard count
-        /// reproduces identical get() results, for present and absent keys.
-        #[test]
-        fn image_reload_same_gets(shards in prop_oneof![Just(1usize), Just(4), Just(64)],
-                                  n in 0usize..3000, seed: u64) {
-            let ix = Index::with_shards(shards, 0);
-            for i in 0..n as u64 {
-                let d = mk(splitmix(seed ^ i), splitmix(i ^ !seed));
-                ix.insert(d, i);
-                if i % 5 == 0 {
-                    ix.remove(mk(splitmix(seed ^ (i / 2)), splitmix((i / 2) ^ !seed)));
-                }
-            }
-            let ix2 = Index::with_shards(shards, 0);
-            for s in 0..shards {
-                ix2.load_shard_image(s, &ix.shard_image(s)).expect("loads");
-            }
-            for i in 0..(n as u64 + 100) {
-                let d = mk(splitmix(seed ^ i), splitmix(i ^ !seed));
-                prop_assert_eq!(ix2.get(d), ix.get(d));
-            }
-            prop_assert_eq!(ix2.len(), ix.len());
-        }
     }
 
     #[test]
