@@ -4,7 +4,8 @@
 
 use crate::conn::ConnInfo;
 use crate::proto::*;
-use crate::server::{Export, Shared, Stream};
+use crate::server::{Export, Shared};
+use crate::transport::Stream;
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
