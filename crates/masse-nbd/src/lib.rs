@@ -34,6 +34,7 @@ mod handshake;
 mod job;
 pub mod proto;
 pub mod server;
+mod slots;
 mod transport;
 
 pub use backend::{Backend, BackendError, RawBackend, Status, VolumeBackend};

@@ -12,10 +12,7 @@
 //! together at most `max_buffer_bytes` (`budget.rs`); beyond either, the
 //! connection stops reading its socket.
 //!
-//! Connections: at most `max_connections`. When full, a new client is admitted in
-//! place of one that is idle (nothing in flight, silent for `idle_timeout`) or
-//! still silent in its handshake after a second; otherwise it is told why it is
-//! refused. The handshake must finish within `handshake_timeout`; a connection
+//! Connections: at most `max_connections`, admitted by `slots.rs`. The handshake must finish within `handshake_timeout`; a connection
 //! whose replies or request payload make no progress for `stall_timeout` is
 //! closed.
 //!
@@ -29,22 +26,21 @@
 
 use crate::backend::Backend;
 use crate::budget::Budget;
-use crate::conn::{serve_connection, ConnInfo, HANDSHAKE, TRANSMISSION};
 use crate::job::Job;
 use crate::proto::{MAX_PAYLOAD, MAX_STRING};
-use crate::transport::{Listener, Stream};
-use std::collections::HashMap;
+use crate::slots::Conns;
+use crate::transport::Listener;
 use std::collections::VecDeque;
 use std::io::{self, Write};
-use std::net::{Shutdown, TcpListener};
+use std::net::TcpListener;
 use std::os::unix::io::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One export: a name and what it serves.
 pub struct Export {
@@ -215,8 +211,6 @@ pub(crate) struct Shared {
     pub(crate) stats: Arc<ServerStats>,
     pub(crate) jobs: JobQueue,
     pub(crate) budget: Budget,
-    /// Connections being told the server is full, now.
-    refusing: AtomicUsize,
 }
 
 /// Requests waiting for a worker. Unbounded: every connection bounds its own share.
@@ -345,7 +339,6 @@ impl Server {
                     q: Mutex::new((VecDeque::new(), false)),
                     cv: Condvar::new(),
                 },
-                refusing: AtomicUsize::new(0),
             }),
             listeners: Vec::new(),
             stop_rx,
@@ -413,27 +406,30 @@ impl Server {
                 "no listener (TCP or Unix socket)".into(),
             ));
         }
-        let mut workers = Vec::new();
-        for i in 0..self.shared.cfg.workers {
-            let sh = self.shared.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("nbd-worker-{i}"))
-                .spawn(move || {
-                    while let Some(job) = sh.jobs.pop() {
-                        job.run();
-                    }
-                })
-                .map_err(ioe("cannot start a worker thread"))?;
-            workers.push(h);
+        let workers = start_workers(&self.shared)?;
+        let mut conns = Conns::new(self.shared.clone());
+        self.accept_until_stopped(&mut conns);
+        // Stop: no new connections, no new requests; finish and answer the rest.
+        self.shared.stopping.store(true, SeqCst);
+        conns.close_all();
+        let result = flush_exports(&self.shared.exports);
+        let Server {
+            shared, listeners, ..
+        } = self;
+        for l in &listeners {
+            l.remove_socket_file();
         }
-        let mut conns = Conns {
-            sh: self.shared.clone(),
-            live: HashMap::new(),
-            next_id: 0,
-            epoch: Instant::now(),
-            last_refusal_note: None,
-            refused_since_note: 0,
-        };
+        shared.jobs.close();
+        drop(shared);
+        for w in workers {
+            let _ = w.join();
+        }
+        result
+    }
+
+    /// Hand every new client to `conns` until the stop handle is used (or
+    /// `poll` fails).
+    fn accept_until_stopped(&self, conns: &mut Conns) {
         let mut fds: Vec<libc::pollfd> = self
             .listeners
             .iter()
@@ -454,10 +450,10 @@ impl Server {
                     continue;
                 }
                 eprintln!("masse-nbd: poll failed: {e}; stopping");
-                break;
+                return;
             }
             if fds[fds.len() - 1].revents != 0 {
-                break;
+                return;
             }
             for (i, l) in self.listeners.iter().enumerate() {
                 if fds[i].revents != 0 {
@@ -465,28 +461,26 @@ impl Server {
                 }
             }
         }
-        // Stop: no new connections, no new requests; finish and answer the rest.
-        self.shared.stopping.store(true, SeqCst);
-        for c in conns.live.values() {
-            c.ctl.shutdown(Shutdown::Read);
-        }
-        for (_, c) in conns.live.drain() {
-            let _ = c.thread.join();
-        }
-        let result = flush_exports(&self.shared.exports);
-        let Server {
-            shared, listeners, ..
-        } = self;
-        for l in &listeners {
-            l.remove_socket_file();
-        }
-        shared.jobs.close();
-        drop(shared);
-        for w in workers {
-            let _ = w.join();
-        }
-        result
     }
+}
+
+/// The worker pool: each thread runs jobs from the queue until it is closed
+/// and drained.
+fn start_workers(sh: &Arc<Shared>) -> Result<Vec<JoinHandle<()>>, ServerError> {
+    let mut workers = Vec::new();
+    for i in 0..sh.cfg.workers {
+        let sh = sh.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("nbd-worker-{i}"))
+            .spawn(move || {
+                while let Some(job) = sh.jobs.pop() {
+                    job.run();
+                }
+            })
+            .map_err(ioe("cannot start a worker thread"))?;
+        workers.push(h);
+    }
+    Ok(workers)
 }
 
 /// Everything acknowledged is made durable before the server returns, FUA or not.
@@ -500,161 +494,4 @@ fn flush_exports(exports: &[Arc<Export>]) -> Result<(), ServerError> {
         }
     }
     result
-}
-
-/// A live connection as the acceptor holds it.
-struct Slot {
-    /// A second handle on the socket, to shut it down from here.
-    ctl: Stream,
-    thread: JoinHandle<()>,
-    info: Arc<ConnInfo>,
-    /// Closed to make room; its thread is still finishing.
-    closing: bool,
-}
-
-/// The acceptor's table of connections and its admission rules.
-struct Conns {
-    sh: Arc<Shared>,
-    live: HashMap<u64, Slot>,
-    next_id: u64,
-    epoch: Instant,
-    last_refusal_note: Option<Instant>,
-    refused_since_note: u64,
-}
-
-/// A client still silent in its handshake after this may be closed to make room.
-const HANDSHAKE_GRACE: Duration = Duration::from_secs(1);
-
-/// Clients being told the server is full at once; beyond, they are just closed.
-const MAX_REFUSING: usize = 16;
-
-impl Conns {
-    fn accept_all(&mut self, l: &Listener) {
-        loop {
-            let s = match l.accept() {
-                Ok(s) => s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    eprintln!("masse-nbd: accept failed: {e}");
-                    std::thread::sleep(Duration::from_millis(50));
-                    return;
-                }
-            };
-            self.live.retain(|_, c| !c.thread.is_finished());
-            if !self.make_room() {
-                self.refuse(s);
-                continue;
-            }
-            self.start(s);
-        }
-    }
-
-    /// Whether a new connection fits, closing an idle one to make room if needed:
-    /// the one silent longest among those idle for `idle_timeout`, or still silent
-    /// in their handshake after `HANDSHAKE_GRACE`.
-    fn make_room(&mut self) -> bool {
-        let open = self.live.values().filter(|c| !c.closing).count();
-        if open < self.sh.cfg.max_connections {
-            return true;
-        }
-        let idle = self.sh.cfg.idle_timeout;
-        let victim = self
-            .live
-            .iter()
-            .filter(|(_, c)| !c.closing)
-            .filter_map(|(&id, c)| {
-                let quiet = c.info.silent_for();
-                let evictable = match c.info.phase.load(Relaxed) {
-                    HANDSHAKE => quiet >= HANDSHAKE_GRACE,
-                    TRANSMISSION => {
-                        !idle.is_zero() && quiet >= idle && c.info.busy.load(Relaxed) == 0
-                    }
-                    _ => false,
-                };
-                evictable.then_some((quiet, id))
-            })
-            .max();
-        let Some((quiet, id)) = victim else {
-            return false;
-        };
-        if let Some(c) = self.live.get_mut(&id) {
-            if self.sh.cfg.verbose {
-                eprintln!(
-                    "masse-nbd: {}: closing a connection silent for {} s to admit a new client",
-                    c.ctl.peer(),
-                    quiet.as_secs()
-                );
-            }
-            c.closing = true;
-            c.ctl.shutdown(Shutdown::Both);
-        }
-        self.sh.stats.evicted.fetch_add(1, Relaxed);
-        true
-    }
-
-    fn start(&mut self, s: Stream) {
-        let Ok(ctl) = s.try_clone() else { return };
-        self.sh.stats.connections.fetch_add(1, Relaxed);
-        let id = self.next_id;
-        self.next_id += 1;
-        let info = Arc::new(ConnInfo::new(id, self.epoch));
-        let (sh, i) = (self.sh.clone(), info.clone());
-        match std::thread::Builder::new()
-            .name(format!("nbd-conn-{id}"))
-            .spawn(move || serve_connection(sh, s, i))
-        {
-            Ok(thread) => {
-                let slot = Slot {
-                    ctl,
-                    thread,
-                    info,
-                    closing: false,
-                };
-                self.live.insert(id, slot);
-            }
-            Err(e) => {
-                eprintln!("masse-nbd: cannot start a connection thread: {e}");
-                ctl.shutdown(Shutdown::Both);
-            }
-        }
-    }
-
-    /// Refuse a client, telling it why when few others are being told.
-    fn refuse(&mut self, s: Stream) {
-        self.sh.stats.refused.fetch_add(1, Relaxed);
-        self.refused_since_note += 1;
-        let note_due = self
-            .last_refusal_note
-            .is_none_or(|t| t.elapsed() >= Duration::from_secs(10));
-        if note_due {
-            eprintln!(
-                "masse-nbd: all {} connection slots are busy: refused {} new client(s) \
-                 (see --max-connections, --idle-timeout)",
-                self.sh.cfg.max_connections, self.refused_since_note
-            );
-            self.last_refusal_note = Some(Instant::now());
-            self.refused_since_note = 0;
-        }
-        if self.sh.refusing.fetch_add(1, SeqCst) >= MAX_REFUSING {
-            self.sh.refusing.fetch_sub(1, SeqCst);
-            s.shutdown(Shutdown::Both);
-            return;
-        }
-        let sh = self.sh.clone();
-        let why = format!(
-            "server busy: all {} connection slots are in use; try again later",
-            sh.cfg.max_connections
-        );
-        let spawned = std::thread::Builder::new()
-            .name("nbd-refuse".into())
-            .spawn(move || {
-                crate::handshake::refuse(s, &why);
-                sh.refusing.fetch_sub(1, SeqCst);
-            });
-        if spawned.is_err() {
-            self.sh.refusing.fetch_sub(1, SeqCst);
-        }
-    }
 }
