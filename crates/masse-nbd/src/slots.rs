@@ -11,7 +11,7 @@
 //! clients being refused) that only the acceptor touches.
 
 use crate::conn::{serve_connection, ConnInfo, HANDSHAKE, TRANSMISSION};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::transport::{Listener, Stream};
 use std::collections::HashMap;
 use std::io;
