@@ -31,6 +31,10 @@ pub struct DirEntry {
     pub kind: Kind,
 }
 
+/// A directory plan's result, as `Plan::into_pages` gives it: level, split
+/// pointer, entry count, and the pages it touched.
+pub(super) type Planned = (u8, u32, u64, Vec<(u32, Vec<DEntry>)>);
+
 /// A name that may be created or be the target of a rename.
 pub(super) fn check_name(name: &[u8]) -> VfsResult<()> {
     if name.is_empty() {
@@ -48,6 +52,40 @@ pub(super) fn check_name(name: &[u8]) -> VfsResult<()> {
         return Err(VfsError::Invalid("a name cannot contain `/` or NUL"));
     }
     Ok(())
+}
+
+/// A name that unlink or rmdir may remove.
+fn check_removable(name: &[u8]) -> VfsResult<()> {
+    if name.len() > MAX_NAME_LEN {
+        return Err(VfsError::NameTooLong(name.len()));
+    }
+    if name == b"." {
+        return Err(VfsError::Invalid("cannot remove `.`"));
+    }
+    if name == b".." {
+        return Err(VfsError::NotEmpty);
+    }
+    check_name(name)
+}
+
+/// Directory inode `base` with a plan's result in it, changed at `now`.
+pub(super) fn dir_inode(base: &Inode, r: &Planned, now: Time) -> Inode {
+    let mut d = base.clone();
+    d.level = r.0;
+    d.split = r.1;
+    d.size = r.2;
+    d.mtime = now;
+    d.ctime = now;
+    d
+}
+
+/// Install a directory's planned pages and inode in DRAM (after they are durable).
+pub(super) fn install_dir(st: &mut NodeState, r: Planned, inode: Inode) {
+    if let Some(p) = st.dir.as_mut() {
+        p.apply(r.0, r.1, r.2, r.3);
+    }
+    st.disk = inode.clone();
+    st.inode = inode;
 }
 
 impl Vfs {
@@ -273,32 +311,24 @@ impl Shared {
         inode.parent = parent;
         let mut plan = pages.plan();
         plan.insert(dir::entry(name, ino, inode.kind));
-        let (level, split, entries, changed) = plan.into_pages();
-        let mut dnode = ds.inode.clone();
-        dnode.level = level;
-        dnode.split = split;
-        dnode.size = entries;
-        dnode.mtime = inode.mtime;
-        dnode.ctime = inode.mtime;
+        let r = plan.into_pages();
+        let mut dnode = dir_inode(&ds.inode, &r, inode.mtime);
         if inode.kind == Kind::Dir {
             dnode.nlink += 1;
         }
         let mut b = Batch::new();
-        self.page_ops(&mut b, parent, &changed)?;
+        self.page_ops(&mut b, parent, &r.3)?;
         b.put(&inode_key(parent), &dnode.encode())?;
         b.put(&inode_key(ino), &inode.encode())?;
         b.commit(&self.db, self.max_batch)?;
         self.c.namespace_ops.fetch_add(1, Relaxed);
-        if let Some(p) = ds.dir.as_mut() {
-            p.apply(level, split, entries, changed);
-        }
-        ds.disk = dnode.clone();
-        ds.inode = dnode;
+        install_dir(&mut ds, r, dnode);
         let n = self.new_node(ino, inode);
         let st = n.st.read();
         Ok(st.attr(ino, self.cs))
     }
 
+    /// [`Vfs::link`].
     fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> VfsResult<Attr> {
         check_name(newname)?;
         let _ns = self.ns.lock();
@@ -324,27 +354,18 @@ impl Shared {
         let now = Time::now();
         let mut plan = pages.plan();
         plan.insert(dir::entry(newname, ino, fs.inode.kind));
-        let (level, split, entries, changed) = plan.into_pages();
-        let mut dnode = ds.inode.clone();
-        dnode.level = level;
-        dnode.split = split;
-        dnode.size = entries;
-        dnode.mtime = now;
-        dnode.ctime = now;
+        let r = plan.into_pages();
+        let dnode = dir_inode(&ds.inode, &r, now);
         let mut fdisk = fs.disk.clone();
         fdisk.nlink += 1;
         fdisk.ctime = now;
         let mut b = Batch::new();
-        self.page_ops(&mut b, newparent, &changed)?;
+        self.page_ops(&mut b, newparent, &r.3)?;
         b.put(&inode_key(newparent), &dnode.encode())?;
         b.put(&inode_key(ino), &fdisk.encode())?;
         b.commit(&self.db, self.max_batch)?;
         self.c.namespace_ops.fetch_add(1, Relaxed);
-        if let Some(p) = ds.dir.as_mut() {
-            p.apply(level, split, entries, changed);
-        }
-        ds.disk = dnode.clone();
-        ds.inode = dnode;
+        install_dir(&mut ds, r, dnode);
         fs.disk = fdisk;
         fs.inode.nlink += 1;
         fs.inode.ctime = now;
@@ -353,16 +374,7 @@ impl Shared {
 
     /// unlink (`want_dir` false) or rmdir (`want_dir` true).
     fn remove(&self, parent: u64, name: &[u8], want_dir: bool) -> VfsResult<()> {
-        if name.len() > MAX_NAME_LEN {
-            return Err(VfsError::NameTooLong(name.len()));
-        }
-        if name == b"." {
-            return Err(VfsError::Invalid("cannot remove `.`"));
-        }
-        if name == b".." {
-            return Err(VfsError::NotEmpty);
-        }
-        check_name(name)?;
+        check_removable(name)?;
         let _ns = self.ns.lock();
         let d = self.node(parent)?;
         let mut ds = d.st.write();
@@ -381,45 +393,21 @@ impl Shared {
         let mut cs = c.st.write();
         cs.live()?;
         if want_dir {
-            self.ensure_pages(e.ino, &mut cs)?;
-            if cs.dir.as_ref().map(|p| p.entries).unwrap_or(0) > 0 {
-                return Err(VfsError::NotEmpty);
-            }
+            self.check_empty(e.ino, &mut cs)?;
         }
         let now = Time::now();
         let pages = ds.dir.as_ref().ok_or(VfsError::NotDir)?;
         let mut plan = pages.plan();
         plan.remove(name);
-        let (level, split, entries, changed) = plan.into_pages();
-        let mut dnode = ds.inode.clone();
-        dnode.level = level;
-        dnode.split = split;
-        dnode.size = entries;
-        dnode.mtime = now;
-        dnode.ctime = now;
-        let mut b = Batch::new();
-        self.page_ops(&mut b, parent, &changed)?;
-        let mut orph = self.orphans.lock();
-        let mut new_orph = None;
-        let mut cdisk = cs.disk.clone();
+        let r = plan.into_pages();
+        let mut dnode = dir_inode(&ds.inode, &r, now);
         if want_dir {
             dnode.nlink = dnode.nlink.saturating_sub(1);
-            b.del(&inode_key(e.ino))?;
-            let nb = bucket_count(cs.inode.level, cs.inode.split);
-            for bk in 0..nb {
-                b.del(&page_key(e.ino, bk))?;
-            }
-        } else {
-            cdisk.nlink = cdisk.nlink.saturating_sub(1);
-            cdisk.ctime = now;
-            if cdisk.nlink == 0 {
-                let mut o = orph.clone();
-                o.push(e.ino);
-                b.put(&orphan_key(), &encode_orphans(&o))?;
-                new_orph = Some(o);
-            }
-            b.put(&inode_key(e.ino), &cdisk.encode())?;
         }
+        let mut b = Batch::new();
+        self.page_ops(&mut b, parent, &r.3)?;
+        let mut orph = self.orphans.lock();
+        let (cdisk, new_orph) = self.drop_name(&mut b, e.ino, &cs, want_dir, &orph, now)?;
         b.put(&inode_key(parent), &dnode.encode())?;
         b.commit(&self.db, self.max_batch)?;
         self.c.namespace_ops.fetch_add(1, Relaxed);
@@ -427,27 +415,79 @@ impl Shared {
             *orph = o;
         }
         drop(orph);
-        if let Some(p) = ds.dir.as_mut() {
-            p.apply(level, split, entries, changed);
-        }
-        ds.disk = dnode.clone();
-        ds.inode = dnode;
+        install_dir(&mut ds, r, dnode);
         drop(ds);
-        let purge = if want_dir {
-            cs.gone = true;
-            cs.dir = None;
-            self.nodes.lock().remove(&e.ino);
-            false
-        } else {
-            cs.inode.nlink = cdisk.nlink;
-            cs.inode.ctime = now;
-            cs.disk = cdisk;
-            cs.inode.nlink == 0 && cs.open == 0
-        };
+        let purge = self.name_dropped(e.ino, &mut cs, cdisk, now);
         drop(cs);
         if purge {
             self.purge(e.ino)?;
         }
         Ok(())
+    }
+
+    /// NotEmpty unless directory `ino` has no entries.
+    pub(super) fn check_empty(&self, ino: u64, st: &mut NodeState) -> VfsResult<()> {
+        self.ensure_pages(ino, st)?;
+        if st.dir.as_ref().map(|p| p.entries).unwrap_or(0) > 0 {
+            return Err(VfsError::NotEmpty);
+        }
+        Ok(())
+    }
+
+    /// Put into `b` what removing a name of inode `ino` (state `st`) does to it:
+    /// a directory (`is_dir`, empty) is deleted with its pages; a file or symlink
+    /// loses a link, and at its last joins the orphan list `orph` (purged at the
+    /// last release, or at the next open after a crash). Returns the inode's new
+    /// durable record (`None` for a directory) and the new orphan list if it grew.
+    pub(super) fn drop_name(
+        &self,
+        b: &mut Batch,
+        ino: u64,
+        st: &NodeState,
+        is_dir: bool,
+        orph: &[u64],
+        now: Time,
+    ) -> VfsResult<(Option<Inode>, Option<Vec<u64>>)> {
+        if is_dir {
+            b.del(&inode_key(ino))?;
+            for bk in 0..bucket_count(st.inode.level, st.inode.split) {
+                b.del(&page_key(ino, bk))?;
+            }
+            return Ok((None, None));
+        }
+        let mut disk = st.disk.clone();
+        disk.nlink = disk.nlink.saturating_sub(1);
+        disk.ctime = now;
+        let mut new_orph = None;
+        if disk.nlink == 0 {
+            let mut o = orph.to_vec();
+            o.push(ino);
+            b.put(&orphan_key(), &encode_orphans(&o))?;
+            new_orph = Some(o);
+        }
+        b.put(&inode_key(ino), &disk.encode())?;
+        Ok((Some(disk), new_orph))
+    }
+
+    /// Install in DRAM a [`Shared::drop_name`] that is now durable: a deleted
+    /// directory (`disk` is `None`) is gone; a file takes its new durable inode.
+    /// Returns whether the inode is to be purged now (no link, no open handle).
+    pub(super) fn name_dropped(
+        &self,
+        ino: u64,
+        st: &mut NodeState,
+        disk: Option<Inode>,
+        now: Time,
+    ) -> bool {
+        let Some(disk) = disk else {
+            st.gone = true;
+            st.dir = None;
+            self.nodes.lock().remove(&ino);
+            return false;
+        };
+        st.inode.nlink = disk.nlink;
+        st.inode.ctime = now;
+        st.disk = disk;
+        st.inode.nlink == 0 && st.open == 0
     }
 }
