@@ -19,7 +19,8 @@ use std::sync::atomic::Ordering;
 use io_uring::{opcode, types, IoUring};
 use parking_lot::Mutex;
 
-use super::claim::{claim_file, fs_magic, major_minor, RAMFS_MAGIC, TMPFS_MAGIC};
+use super::claim::{claim_file, fs_magic, RAMFS_MAGIC, TMPFS_MAGIC};
+use super::media::facts_of_dev;
 use super::{
     check_aligned, check_range, round_down64, AlignedBuf, Backend, ClaimError, Device, DeviceClaim,
     DeviceId, DeviceInfo, IoCounters, Media, IO_ALIGN,
@@ -400,44 +401,6 @@ fn grow_file(file: &File, size: u64, path: &Path) -> io::Result<()> {
     }
 }
 
-/// Facts read from `/sys/dev/block/MAJ:MIN/queue`.
-#[derive(Debug, Default)]
-struct Sysfs {
-    rotational: Option<bool>,
-    logical: Option<u32>,
-    physical: Option<u32>,
-    optimal: Option<u32>,
-    discard_granularity: Option<u32>,
-}
-
-fn sysfs_facts(dev: u64) -> Option<Sysfs> {
-    let (major, minor) = major_minor(dev);
-    let base = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
-    let queue = [base.join("queue"), base.join("../queue")]
-        .into_iter()
-        .find(|q| q.is_dir())?;
-    let num = |name: &str| -> Option<u64> {
-        std::fs::read_to_string(queue.join(name))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    };
-    let small = |name: &str| num(name).and_then(|v| u32::try_from(v).ok());
-    let mut discard_granularity = small("discard_granularity");
-    // A device that cannot discard may still report a granularity.
-    if num("discard_max_bytes") == Some(0) {
-        discard_granularity = Some(0);
-    }
-    Some(Sysfs {
-        rotational: num("rotational").map(|v| v != 0),
-        logical: small("logical_block_size"),
-        physical: small("physical_block_size"),
-        optimal: small("optimal_io_size"),
-        discard_granularity,
-    })
-}
-
 fn ioctl_u64(fd: i32, req: u64, path: &Path, name: &str) -> io::Result<u64> {
     let mut v: u64 = 0;
     // SAFETY: the request writes one u64 into `v`.
@@ -580,19 +543,20 @@ impl FileDevice {
         let fd = file.as_raw_fd();
 
         let sys = if block_device {
-            sysfs_facts(meta.rdev())
+            facts_of_dev(meta.rdev())
         } else {
-            sysfs_facts(meta.dev())
+            facts_of_dev(meta.dev())
         };
-        let sys = sys.unwrap_or_default();
         let rotational = sys.rotational.unwrap_or(false);
         let (logical, physical, optimal, discard_granularity) = if block_device {
-            let logical = ioctl_int(fd, BLKSSZGET).or(sys.logical).unwrap_or(512);
+            let logical = ioctl_int(fd, BLKSSZGET)
+                .or(sys.logical_block_size)
+                .unwrap_or(512);
             (
                 logical,
-                sys.physical.unwrap_or(logical),
-                sys.optimal.unwrap_or(0),
-                sys.discard_granularity.unwrap_or(0),
+                sys.physical_block_size.unwrap_or(logical),
+                sys.optimal_io_size.unwrap_or(0),
+                sys.discard_unit().unwrap_or(0),
             )
         } else {
             // Discarding a file range is a hole punch, whatever the disk below does.
@@ -603,8 +567,8 @@ impl FileDevice {
             };
             (
                 IO_ALIGN as u32,
-                sys.physical.unwrap_or(IO_ALIGN as u32),
-                sys.optimal.unwrap_or(0),
+                sys.physical_block_size.unwrap_or(IO_ALIGN as u32),
+                sys.optimal_io_size.unwrap_or(0),
                 gran,
             )
         };
@@ -958,18 +922,5 @@ mod tests {
         let mut ops = [RawOp::new(bufs[0].as_mut_ptr(), 4096, 4096)];
         ring_run(&mut ring, file.as_raw_fd(), &mut ops, false, &path);
         assert!(ops[0].err.is_none());
-    }
-
-    #[test]
-    fn sysfs_of_the_temp_filesystem() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let meta = std::fs::metadata(dir.path()).expect("stat");
-        // Informational: anonymous devices (btrfs, overlay, tmpfs) have no sysfs entry.
-        eprintln!(
-            "sysfs facts for st_dev {:?}: {:?}",
-            major_minor(meta.dev()),
-            sysfs_facts(meta.dev())
-        );
-        assert!(sysfs_facts(libc::makedev(0, 1)).is_none());
     }
 }
