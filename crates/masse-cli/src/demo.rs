@@ -8,7 +8,7 @@ use crate::place::{plan, Place, PlanArgs};
 use crate::pool::{pool_flags, size_arg, GeometryArgs, PoolArgs, PoolLayout};
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
-use masse::format::{record_len, SUMMARY_ENTRY};
+use masse::format::record_footprint;
 use masse::{Db, Options, Stats, MAX_KEY_LEN, MAX_VALUE_LEN};
 use masse_cli::qos::Latency as Lat;
 use masse_cli::rng::{mix64, SplitMix64};
@@ -724,7 +724,7 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
             fmt_bytes(mem)
         )));
     }
-    let rec = (record_len(key_size, value_size) as u64).div_ceil(8) * 8 + SUMMARY_ENTRY as u64;
+    let rec = record_footprint(key_size, value_size);
     let data = a.num * rec;
     let mut place = plan(
         &PlanArgs {

@@ -558,6 +558,14 @@ pub fn record_len(key_len: usize, val_len: usize) -> usize {
     RECORD_HEADER + key_len + val_len
 }
 
+/// Bytes one record takes in a capacity segment: its encoding padded to 8
+/// bytes, plus its entry in the segment summary. An estimate for sizing a
+/// pool from a record count; band and segment headers and free space are not
+/// included.
+pub fn record_footprint(key_len: usize, value_len: usize) -> u64 {
+    (record_len(key_len, value_len) as u64).div_ceil(8) * 8 + SUMMARY_ENTRY as u64
+}
+
 /// Encode a record into `out` (which must be exactly `record_len` bytes).
 ///
 /// Layout: crc32c u32 | seg_tag u32 | seq u64 | key_len u16 | flags u8 | 0 u8 |

@@ -13,7 +13,7 @@ use crate::machine::{command_line, Machine};
 use crate::place::{plan, shm_free, Place, PlanArgs};
 use crate::pool::{open_pool, GeometryArgs, ModeArg, PoolArgs, PoolLayout};
 use clap::Args;
-use masse::format::{record_len, SUMMARY_ENTRY};
+use masse::format::record_footprint;
 use masse::{Db, Options, Stats, MAX_KEY_LEN, MAX_VALUE_LEN};
 use masse_cli::dbbench::Seeds;
 use masse_cli::rng::SplitMix64;
@@ -440,7 +440,7 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
     } else {
         a.seed
     };
-    let rec = (record_len(a.key_size, a.value_size) as u64).div_ceil(8) * 8 + SUMMARY_ENTRY as u64;
+    let rec = record_footprint(a.key_size, a.value_size);
     let data = a.num * rec;
     let mut wh = place_pool(a, data)?;
     if a.keep {
