@@ -1,7 +1,7 @@
-//! Media identification: what the system says about a device ([`sysfs`]), a
-//! table of known drive models ([`models`]), the classification of those
-//! facts together with an optional active measurement, and the engine
-//! settings that follow from a class.
+//! Media identification: what the system says about a device (`sysfs.rs`,
+//! the only reader of sysfs), a table of known drive models (`models.rs`),
+//! the classification of those facts together with an optional active
+//! measurement, and the engine settings that follow from a class.
 //!
 //! These are the rules; the timed I/O that produces a [`Measured`] lives in
 //! `masse probe`. Pure functions over a sysfs root directory, so recorded
