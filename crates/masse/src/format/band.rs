@@ -1,7 +1,7 @@
 //! The band header at the start of every LBand of a capacity device.
 
 use super::bytes::{le32, le64, Put};
-use super::FORMAT_VERSION;
+use super::version::FORMAT_VERSION;
 
 const BAND_MAGIC: &[u8; 8] = b"MASSEBND";
 

@@ -2,7 +2,7 @@
 //! (the index shard images in the payload are `index::image`'s).
 
 use super::bytes::{le32, Get, Put};
-use super::FORMAT_VERSION;
+use super::version::FORMAT_VERSION;
 use crate::error::Result;
 
 const CKPT_MAGIC: &[u8; 8] = b"MASSECKP";

@@ -21,6 +21,7 @@ mod pad;
 mod record;
 mod segment;
 mod superblock;
+mod version;
 
 pub use band::{BandHeader, BAND_FREE, BAND_HEADER_COPY, BAND_IN_USE};
 pub use checkpoint::{BandRecord, CheckpointHeader, BAND_RECORD, CKPT_HEADER};
@@ -35,21 +36,11 @@ pub use record::{
     REC_MORE, REC_SEG_TAG_AT, REC_SEQ_AT, REC_TOMBSTONE, REC_VAL_LEN_AT,
 };
 pub use segment::{
-    decode_footer, decode_summary, encode_segment_tail, SegmentFooter, SegmentHeader, SummaryEntry,
-    SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY,
+    decode_footer, decode_summary, encode_segment_tail, record_footprint, SegmentFooter,
+    SegmentHeader, SummaryEntry, SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY,
 };
 pub use superblock::{
     EpochBlock, Geometry, Mode, Role, Superblock, SuperblockProbe, EPOCH_AREA, EPOCH_OFFSET,
     SB_KEY_DIGEST_AT, SUPERBLOCK_AREA, SUPERBLOCK_SIZE,
 };
-
-/// Version written by this build. Devices with a higher version are refused.
-/// Version 2 (this build) adds the pool's key-digest secret to the superblock
-/// and a second copy of every band header; version-1 pools keep opening (with
-/// the unkeyed digest they were created with).
-pub const FORMAT_VERSION: u32 = 2;
-
-/// Longest key accepted.
-pub const MAX_KEY_LEN: usize = 1024;
-/// Longest value accepted (2 MiB minus room for the header and the longest key).
-pub const MAX_VALUE_LEN: usize = (1 << 21) - 4096;
+pub use version::{FORMAT_VERSION, MAX_KEY_LEN, MAX_VALUE_LEN};

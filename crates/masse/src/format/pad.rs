@@ -2,7 +2,7 @@
 //! group-commit batches in its ring.
 
 use super::bytes::{le32, le64, Put};
-use super::FORMAT_VERSION;
+use super::version::FORMAT_VERSION;
 
 const PADH_MAGIC: &[u8; 8] = b"MASSEPAD";
 const BATCH_MAGIC: u32 = 0x4244_4150; // "PADB"

@@ -2,7 +2,7 @@
 //! on the capacity tier and into batches on the write pad.
 
 use super::bytes::{le32, le64, Put};
-use super::{MAX_KEY_LEN, MAX_VALUE_LEN};
+use super::version::{MAX_KEY_LEN, MAX_VALUE_LEN};
 use crate::error::{Error, Result};
 
 /// The 32-bit tag records carry for the segment they were written into: a mix of

@@ -2,7 +2,9 @@
 //! this device's role, the pool geometry) and the epoch block beside it.
 
 use super::bytes::{le32, le64, Get, Put};
-use super::{FORMAT_VERSION, MAX_SLOTS, PAD_HEADER_SIZE};
+use super::loc::MAX_SLOTS;
+use super::pad::PAD_HEADER_SIZE;
+use super::version::FORMAT_VERSION;
 use crate::error::{Error, Result};
 
 /// Offset in the superblock of the key-digest kind (u32) and secret (16 bytes),

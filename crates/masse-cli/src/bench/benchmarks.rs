@@ -2,6 +2,7 @@
 //! how many operations, which keys, and what the summary line says.
 
 use crate::error::{CliError, CliResult};
+use crate::workload::{new_hist, run_threads, Progress, Ticker};
 use hdrhistogram::Histogram;
 use masse::Db;
 use masse_cli::dbbench::{fmt_key, Mt64, Summary};
@@ -91,11 +92,6 @@ pub struct Spec {
     pub readwritepercent: u32,
     /// Seconds per interval of the time series.
     pub interval: f64,
-}
-
-pub fn new_hist(sigfig: u8) -> CliResult<Histogram<u64>> {
-    Histogram::new_with_bounds(1, 60_000_000_000, sigfig)
-        .map_err(|e| CliError::new(format!("histogram: {e}")))
 }
 
 /// What one benchmark measured.
@@ -192,9 +188,9 @@ impl<'a> IntervalRec<'a> {
 struct Ctx<'a> {
     db: &'a Db,
     spec: &'a Spec,
+    progress: &'a Progress,
     start: Instant,
     deadline: Option<Instant>,
-    done: AtomicU64,
     readers_left: AtomicU64,
     abort: AtomicBool,
     values: &'a [u8],
@@ -264,7 +260,7 @@ impl Ctx<'_> {
             vpos += vlen.max(1);
             r
         };
-        let mut pending = 0u64;
+        let mut ticker = Ticker::new(self.progress);
         let t_start = Instant::now();
         let mut now = t_start;
         let mut i = 0u64;
@@ -356,15 +352,11 @@ impl Ctx<'_> {
             i += 1;
             if tl.counted {
                 tl.ops += 1;
-                pending += 1;
-                if pending == 64 {
-                    self.done.fetch_add(64, Relaxed);
-                    pending = 0;
-                }
+                ticker.tick(1);
             }
         }
         iv.flush()?;
-        self.done.fetch_add(pending, Relaxed);
+        ticker.flush();
         tl.busy = t_start.elapsed().as_secs_f64();
         tl.message = match sp.bench {
             Bench::Readrandom | Bench::Readwhilewriting | Bench::Multireadrandom => {
@@ -389,7 +381,7 @@ impl Ctx<'_> {
         let mut iv = IntervalRec::new(&self.intervals)?;
         let mut rng = Mt64::new(seed);
         let mut keys = vec![vec![0u8; sp.key_size]; b as usize];
-        let mut pending = 0u64;
+        let mut ticker = Ticker::new(self.progress);
         let t_start = Instant::now();
         let mut now = t_start;
         while !self.over(now, tl.ops + b - 1, sp.reads) {
@@ -413,14 +405,10 @@ impl Ctx<'_> {
             tl.reads += b;
             tl.ops += b;
             self.record(&mut tl, &mut iv, READ, t0, now, b)?;
-            pending += b;
-            if pending >= 64 {
-                self.done.fetch_add(pending, Relaxed);
-                pending = 0;
-            }
+            ticker.tick(b);
         }
         iv.flush()?;
-        self.done.fetch_add(pending, Relaxed);
+        ticker.flush();
         tl.busy = t_start.elapsed().as_secs_f64();
         tl.message = format!("({} of {} found)", tl.found, tl.reads);
         Ok(tl)
@@ -438,66 +426,40 @@ pub fn run(db: &Db, sp: &Spec, seeds: &[u64], values: &[u8]) -> CliResult<Outcom
         _ => sp.writes,
     };
     let timed = sp.duration > 0.0 && sp.bench.timed();
-    let pb = crate::progress::bar(
+    let progress = Progress::start(
         sp.bench.name(),
         timed.then_some(sp.duration),
         per_thread * sp.threads as u64,
     );
-    let start = Instant::now();
+    let start = progress.started();
     let ctx = Ctx {
         db,
         spec: sp,
+        progress: &progress,
         start,
         deadline: timed.then(|| start + Duration::from_secs_f64(sp.duration)),
-        done: AtomicU64::new(0),
         readers_left: AtomicU64::new(sp.threads as u64),
         abort: AtomicBool::new(false),
         values,
         intervals: Mutex::new(Vec::new()),
     };
-    let results: Vec<CliResult<Tally>> = std::thread::scope(|s| {
-        let ctx = &ctx;
-        let handles: Vec<_> = seeds
-            .iter()
-            .enumerate()
-            .map(|(t, &seed)| {
-                let writer = rww && t == 0;
-                s.spawn(move || {
-                    let r = if sp.bench == Bench::Multireadrandom {
-                        ctx.multiread_thread(seed)
-                    } else {
-                        ctx.thread(seed, writer)
-                    };
-                    if r.is_err() {
-                        ctx.abort.store(true, Relaxed);
-                    }
-                    if !writer {
-                        ctx.readers_left.fetch_sub(1, Relaxed);
-                    }
-                    r
-                })
-            })
-            .collect();
-        while !handles.iter().all(|h| h.is_finished()) {
-            let n = ctx.done.load(Relaxed);
-            if timed {
-                pb.set_position(start.elapsed().as_millis() as u64);
-                pb.set_message(format!("{n} ops"));
-            } else {
-                pb.set_position(n);
-            }
-            std::thread::sleep(Duration::from_millis(50));
+    let results = run_threads(seeds.len(), &progress, "a benchmark thread panicked", |t| {
+        let (ctx, seed) = (&ctx, seeds[t]);
+        let writer = rww && t == 0;
+        let r = if sp.bench == Bench::Multireadrandom {
+            ctx.multiread_thread(seed)
+        } else {
+            ctx.thread(seed, writer)
+        };
+        if r.is_err() {
+            ctx.abort.store(true, Relaxed);
         }
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(CliError::new("a benchmark thread panicked")))
-            })
-            .collect()
+        if !writer {
+            ctx.readers_left.fetch_sub(1, Relaxed);
+        }
+        r
     });
-    let seconds = start.elapsed().as_secs_f64();
-    pb.finish_and_clear();
+    let seconds = progress.finish();
     let mut hist = [new_hist(3)?, new_hist(3)?, new_hist(3)?];
     let mut series: [Vec<u64>; 3] = [Vec::new(), Vec::new(), Vec::new()];
     let (mut ops, mut bytes, mut reads, mut found, mut writes, mut deletes, mut written) =
