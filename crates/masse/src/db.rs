@@ -470,6 +470,13 @@ impl Db {
         report::debug_state(&self.engine, self.activity())
     }
 
+    /// What the caller should know about the pool's devices, e.g. that one is
+    /// on tmpfs and does not survive a reboot. `masse create` and `masse demo`
+    /// print these; a library user should show them too.
+    pub fn pool_warnings(&self) -> &[String] {
+        &self.engine.pool.warnings
+    }
+
     /// The pool geometry.
     pub fn geometry(&self) -> &Geometry {
         &self.engine.pool.geo

@@ -147,15 +147,6 @@ fn volatile_warnings(fast: Option<&Arc<dyn Device>>, caps: &[Arc<dyn Device>]) -
     w
 }
 
-impl crate::Db {
-    /// What the caller should know about the pool's devices, e.g. that one is
-    /// on tmpfs and does not survive a reboot. `masse create` and `masse demo`
-    /// print these; a library user should show them too.
-    pub fn pool_warnings(&self) -> &[String] {
-        &self.engine.pool.warnings
-    }
-}
-
 pub(crate) fn read_block(
     dev: &Arc<dyn Device>,
     off: u64,

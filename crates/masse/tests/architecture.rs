@@ -6,9 +6,12 @@
 //! not a node). An edge A → B when A's code names B: a `use` of it, or a path
 //! through it (`crate::a::b::X`, `super::X`). A name reached through a
 //! re-export (`pub use` in `lib.rs` or in a directory's `mod.rs`) counts as an
-//! edge to the file that defines it, since that is the code depended on; a
-//! directory's `mod.rs` that re-exports its children depends on them, so a
-//! child must not reach back into it. Test
+//! edge to the file that defines it, since that is the code depended on. A
+//! file's own directory module (`mod.rs` above it) is its namespace, not a
+//! dependency: a child may use what its `mod.rs` defines (`device/file.rs`
+//! implements `device::Device`), while the `mod.rs` depends on the children it
+//! uses. Every other edge counts: siblings, and modules across directories,
+//! must form a graph without circles. Test
 //! modules (`#[cfg(test)]` onwards) and comments are left out: tests may reach
 //! anywhere. Run with `--nocapture` to see the graph.
 
@@ -194,6 +197,9 @@ fn paths_named(code: &str) -> Vec<Vec<String>> {
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
                 .collect();
+            if tail.ends_with("::") {
+                continue; // `crate::a::{b, c}`: the `use` expansion has it
+            }
             out.push(
                 tail.split("::")
                     .filter(|s| !s.is_empty())
@@ -347,7 +353,7 @@ impl Crate {
             let mut deps = BTreeSet::new();
             for p in paths_named(c) {
                 if let Some(t) = self.resolve(m, &p) {
-                    if &t != m && !t.is_empty() {
+                    if &t != m && !t.is_empty() && !m.starts_with(&t) {
                         deps.insert(t);
                     }
                 }
