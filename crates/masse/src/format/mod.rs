@@ -10,7 +10,8 @@
 //! and batches), `checkpoint` (checkpoint header and band table), `band`
 //! (band header), `segment` (segment header, summary and footer), `record`
 //! (records inside segments and batches) and `loc` (the index's packed record
-//! address). `bytes` holds the little-endian cursors they all encode with.
+//! address). `bytes` holds the little-endian cursors they all encode with;
+//! `version` the format version and the key and value limits.
 //! Everything is re-exported here, so callers name `format::X` only.
 
 mod band;
