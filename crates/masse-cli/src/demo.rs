@@ -2,25 +2,21 @@
 //! workload in phases, verify every value, and print throughput, latency
 //! percentiles and the engine's own statistics.
 
-use crate::error::{io_err, CliError, CliResult, EXIT_VERIFY_FAILED};
+use crate::error::{CliError, CliResult, EXIT_VERIFY_FAILED};
 use crate::machine::{command_line, Machine};
 use crate::place::{plan, Place, PlanArgs};
 use crate::pool::{pool_flags, size_arg, GeometryArgs, PoolArgs, PoolLayout};
+use crate::workload::{count_arg, new_hist, out, run_threads, write_json, Progress, Ticker};
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
-use masse::format::{record_len, SUMMARY_ENTRY};
+use masse::format::record_footprint;
 use masse::{Db, Options, Stats, MAX_KEY_LEN, MAX_VALUE_LEN};
 use masse_cli::qos::Latency as Lat;
 use masse_cli::rng::{mix64, SplitMix64};
-use masse_cli::units::{fmt_bytes, parse_count};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use masse_cli::units::fmt_bytes;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::time::{Duration, Instant};
-
-fn count_arg(s: &str) -> Result<u64, String> {
-    parse_count(s)
-}
 
 /// One step of the demo workload.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -203,11 +199,6 @@ struct Ctx<'a> {
     abort: AtomicBool,
 }
 
-fn new_hist() -> CliResult<Histogram<u64>> {
-    Histogram::new_with_bounds(1, 60_000_000_000, 3)
-        .map_err(|e| CliError::new(format!("histogram: {e}")))
-}
-
 struct Tally {
     ops: u64,
     bytes: u64,
@@ -235,9 +226,9 @@ impl Tally {
             deletes_found: 0,
             bad: 0,
             bad_msgs: Vec::new(),
-            all: new_hist()?,
-            rd: new_hist()?,
-            wr: new_hist()?,
+            all: new_hist(3)?,
+            rd: new_hist(3)?,
+            wr: new_hist(3)?,
         })
     }
     fn bad(&mut self, msg: String) {
@@ -472,21 +463,17 @@ impl Ctx<'_> {
         &self,
         phase: Phase,
         t: usize,
-        done: &AtomicU64,
+        progress: &Progress,
         deadline: Option<Instant>,
     ) -> CliResult<Tally> {
         let mut tl = Tally::new()?;
         let mut key = vec![0u8; self.key_size];
         let mut val = vec![0u8; self.value_size];
         let mut rng = SplitMix64::new(mix64(self.seed ^ mix64(((phase as u64) << 32) | t as u64)));
-        let mut pending = 0u64;
-        let tick = |tl: &mut Tally, pending: &mut u64| {
+        let mut ticker = Ticker::new(progress);
+        let mut tick = |tl: &mut Tally| {
             tl.ops += 1;
-            *pending += 1;
-            if *pending == 64 {
-                done.fetch_add(64, Relaxed);
-                *pending = 0;
-            }
+            ticker.tick(1);
         };
         let owned = self.owned(t);
         let (lo, hi) = self.range(t);
@@ -507,7 +494,7 @@ impl Ctx<'_> {
                             self.delete_one(k, &mut key, &mut tl)?
                         }
                     }
-                    tick(&mut tl, &mut pending);
+                    tick(&mut tl);
                 }
             }
             Phase::Read | Phase::Overwrite | Phase::Readwrite => {
@@ -543,12 +530,12 @@ impl Ctx<'_> {
                     } else {
                         self.write_one(k, &mut key, &mut val, &mut tl, rw)?;
                     }
-                    tick(&mut tl, &mut pending);
+                    tick(&mut tl);
                     i += 1;
                 }
             }
         }
-        done.fetch_add(pending, Relaxed);
+        ticker.flush();
         Ok(tl)
     }
 
@@ -560,44 +547,21 @@ impl Ctx<'_> {
                 .count() as u64,
             _ => self.num,
         };
-        let pb = crate::progress::bar(phase.name(), timed, total);
-        let done = AtomicU64::new(0);
-        let start = Instant::now();
-        let deadline = timed.map(|d| start + Duration::from_secs_f64(d));
-        let results: Vec<CliResult<Tally>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..self.threads)
-                .map(|t| {
-                    let done = &done;
-                    s.spawn(move || {
-                        let r = self.worker(phase, t, done, deadline);
-                        if r.is_err() {
-                            self.abort.store(true, Relaxed);
-                        }
-                        r
-                    })
-                })
-                .collect();
-            while !handles.iter().all(|h| h.is_finished()) {
-                let n = done.load(Relaxed);
-                match timed {
-                    Some(_) => {
-                        pb.set_position(start.elapsed().as_millis() as u64);
-                        pb.set_message(format!("{n} ops"));
-                    }
-                    None => pb.set_position(n),
+        let progress = Progress::start(phase.name(), timed, total);
+        let deadline = timed.map(|d| progress.started() + Duration::from_secs_f64(d));
+        let results = run_threads(
+            self.threads,
+            &progress,
+            "a demo worker thread panicked",
+            |t| {
+                let r = self.worker(phase, t, &progress, deadline);
+                if r.is_err() {
+                    self.abort.store(true, Relaxed);
                 }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(CliError::new("a demo worker thread panicked")))
-                })
-                .collect()
-        });
-        let secs = start.elapsed().as_secs_f64();
-        pb.finish_and_clear();
+                r
+            },
+        );
+        let secs = progress.finish();
         let mut tally = Tally::new()?;
         for r in results {
             tally.merge(r?)?;
@@ -659,18 +623,6 @@ struct Workload {
     target_utilization: Option<f64>,
 }
 
-fn write_json(path: &Path, r: &Report) -> CliResult<()> {
-    let s = serde_json::to_string_pretty(r)
-        .map_err(|e| CliError::new(format!("cannot encode the JSON report: {e}")))?;
-    std::fs::write(path, s + "\n").map_err(|e| io_err("cannot write the JSON report to", path, e))
-}
-
-fn out(s: impl AsRef<str>) {
-    let mut o = std::io::stdout().lock();
-    let _ = writeln!(o, "{}", s.as_ref());
-    let _ = o.flush();
-}
-
 pub fn run(a: &DemoArgs) -> CliResult<i32> {
     // Validate before touching any file.
     if a.num == 0 {
@@ -724,7 +676,7 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
             fmt_bytes(mem)
         )));
     }
-    let rec = (record_len(key_size, value_size) as u64).div_ceil(8) * 8 + SUMMARY_ENTRY as u64;
+    let rec = record_footprint(key_size, value_size);
     let data = a.num * rec;
     let mut place = plan(
         &PlanArgs {
@@ -741,13 +693,7 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
     }
     let r = run_on(a, &mut place, data, rec, num);
     if r.is_err() && place.keep && !place.explicit {
-        let files: Vec<String> = place
-            .fast
-            .iter()
-            .chain(place.caps.iter())
-            .map(|p| p.display().to_string())
-            .collect();
-        eprintln!("masse demo: pool files kept: {}", files.join(" "));
+        eprintln!("masse demo: pool files kept: {}", place.files());
     }
     r
 }

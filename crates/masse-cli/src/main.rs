@@ -18,12 +18,12 @@ mod place;
 mod pool;
 mod probe;
 mod probe_create;
-mod progress;
 mod serve_nbd;
 mod serve_resp;
 mod stress;
 mod stress_enum;
 mod top;
+mod workload;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use error::{CliResult, EXIT_ERROR};

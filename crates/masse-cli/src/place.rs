@@ -45,6 +45,17 @@ impl Place {
             d.disable_cleanup(true);
         }
     }
+
+    /// The pool's files, fast tier first, separated by spaces (to print).
+    pub fn files(&self) -> String {
+        let files: Vec<String> = self
+            .fast
+            .iter()
+            .chain(self.caps.iter())
+            .map(|p| p.display().to_string())
+            .collect();
+        files.join(" ")
+    }
 }
 
 impl Drop for Place {

@@ -4,9 +4,9 @@
 use crate::error::{CliError, CliResult};
 use clap::Args;
 use hdrhistogram::Histogram;
-use masse::device::{AlignedBuf, Device, FileDevice, OpenOptions, SimDevice};
-use masse_cli::media::{
-    advise, classify, facts_for_path, Advice, Class, Measured, SysfsFacts, Verdict,
+use masse::device::{
+    advise, classify, facts_for_path, known_model, Advice, AlignedBuf, Class, Device, FileDevice,
+    Measured, OpenOptions, SimDevice, SysfsFacts, Verdict,
 };
 use masse_cli::units::{fmt_bytes, parse_size};
 use std::path::{Path, PathBuf};
@@ -277,12 +277,7 @@ pub fn probe(
         m.file_type().is_block_device()
     });
     let skip = skip_if_known
-        && (facts.memory_fs.is_some()
-            || facts
-                .model
-                .as_deref()
-                .and_then(masse_cli::media::known_model)
-                .is_some());
+        && (facts.memory_fs.is_some() || facts.model.as_deref().and_then(known_model).is_some());
     let (measured, on) = match measure_secs {
         None => (None, "not measured (--no-measure)".to_string()),
         Some(_) if skip => (None, "not measured: the system already identifies the media".to_string()),

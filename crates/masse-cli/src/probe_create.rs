@@ -4,9 +4,8 @@
 //! `--iu` and `--no-probe` override it.
 
 use crate::pool::{sim_arg, GeometryArgs, PoolArgs};
-use masse::device::Media;
+use masse::device::{Class, Media};
 use masse::PoolConfig;
-use masse_cli::media::Class;
 
 pub fn apply(pool: &PoolArgs, geo: &GeometryArgs, cfg: &mut PoolConfig) {
     if let Some(f) = &pool.fast {

@@ -23,7 +23,7 @@ fn git_repository_on_a_mount_is_consistent() {
         "{g} init -q . && cp -r '{src}' ./src && {g} add -A && {g} commit -qm first"
     ));
     sh(&format!(
-        "{g} mv src/lib.rs src/lib2.rs && {g} rm -q src/gc.rs && echo change >> src/db.rs && {g} commit -qam second"
+        "{g} mv src/lib.rs src/lib2.rs && {g} rm -q src/engine/gc.rs && echo change >> src/db.rs && {g} commit -qam second"
     ));
     sh(&format!("{g} fsck --full --strict"));
     sh(&format!("{g} gc -q --aggressive && {g} fsck --full"));

@@ -1,5 +1,8 @@
 //! What an export serves: a masse volume ([`VolumeBackend`]) or a raw device or file
 //! opened with `O_DIRECT` ([`RawBackend`], the baseline for comparisons).
+//!
+//! Separate because the server knows storage only through the [`Backend`] trait:
+//! nothing else in the crate depends on masse itself.
 
 use crate::proto::*;
 use masse::vblock::{Volume, VolumeError};

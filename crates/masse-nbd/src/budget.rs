@@ -9,8 +9,11 @@
 //!
 //! Large buffers are anonymous mappings ([`Payload`]), returned to the system the
 //! moment they are dropped: a burst of 32 MiB writes leaves no heap behind.
+//!
+//! Separate because it is the one resource all connections contend for; each
+//! connection only asks it for bytes and gives them back.
 
-use crate::server::ServerStats;
+use crate::stats::ServerStats;
 use masse::device::AlignedBuf;
 use std::collections::VecDeque;
 use std::io;

@@ -13,12 +13,17 @@
 //! client that stops reading therefore stalls only itself — its requests stop
 //! being read once its replies hold its in-flight limit — and it is dropped when
 //! its replies make no progress for `stall_timeout`.
+//!
+//! Everything here belongs to one connection; what connections share is in
+//! `shared.rs`, and admission (who gets a connection at all) in `slots.rs`.
 
 use crate::budget::{Payload, Waker};
+use crate::config::Export;
 use crate::handshake::{be16, be32, be64, handshake, Deadline, Violation};
 use crate::job::{self, Job, BATCH_BYTES, BATCH_MAX};
 use crate::proto::*;
-use crate::server::{lock, Export, Shared, Stream};
+use crate::shared::{lock, Shared};
+use crate::transport::Stream;
 use std::collections::VecDeque;
 use std::io;
 use std::net::Shutdown;

@@ -1,10 +1,15 @@
 //! The fixed-newstyle handshake (NBD `doc/proto.md`, "Option haggling"), done on
 //! the connection's thread under one deadline for the whole negotiation, and the
 //! short exchange that tells a client the server is full.
+//!
+//! Separate from the transmission phase (`conn.rs`): it is a plain blocking
+//! dialogue, one option after another, while transmission is an event loop.
 
+use crate::config::Export;
 use crate::conn::ConnInfo;
 use crate::proto::*;
-use crate::server::{Export, Shared, Stream};
+use crate::shared::Shared;
+use crate::transport::Stream;
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;

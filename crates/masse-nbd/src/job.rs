@@ -1,11 +1,17 @@
-//! Requests: validation, execution on the backend, and the reply each gets.
+//! Requests: validation, execution on the backend, the reply each gets, and the
+//! queue ([`JobQueue`]) where they wait for a worker.
+//!
+//! Separate from `conn.rs` because a job runs on a worker thread, not on its
+//! connection's: it touches the connection only to queue its reply.
 
 use crate::backend::{BackendError, Status};
 use crate::budget::Payload;
 use crate::conn::{Conn, Out};
 use crate::proto::*;
+use crate::shared::lock;
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 pub(crate) struct Job {
@@ -350,4 +356,53 @@ fn structured_header(kind: u16, handle: u64, len: u32) -> [u8; 20] {
     b[8..16].copy_from_slice(&handle.to_be_bytes());
     b[16..].copy_from_slice(&len.to_be_bytes());
     b
+}
+
+/// Requests waiting for a worker. Unbounded: every connection bounds its own share.
+///
+/// A `std` mutex and condvar (futex, no `sched_yield` spinning): with dozens of
+/// mostly idle workers on a 2-core machine, spinning waiters cost more than
+/// they save.
+pub(crate) struct JobQueue {
+    /// The jobs, and whether the queue is closed.
+    q: Mutex<(VecDeque<Job>, bool)>,
+    cv: Condvar,
+}
+
+impl JobQueue {
+    pub(crate) fn new() -> JobQueue {
+        JobQueue {
+            q: Mutex::new((VecDeque::new(), false)),
+            cv: Condvar::new(),
+        }
+    }
+    /// Queue a job for a worker; the job back if the queue is closed.
+    pub(crate) fn push(&self, j: Job) -> Result<(), Job> {
+        let mut g = lock(&self.q);
+        if g.1 {
+            return Err(j);
+        }
+        g.0.push_back(j);
+        drop(g);
+        self.cv.notify_one();
+        Ok(())
+    }
+    /// The next job, or None once closed and drained.
+    pub(crate) fn pop(&self) -> Option<Job> {
+        let mut g = lock(&self.q);
+        loop {
+            if let Some(j) = g.0.pop_front() {
+                return Some(j);
+            }
+            if g.1 {
+                return None;
+            }
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+    /// Take no more jobs; workers return once the queue is drained.
+    pub(crate) fn close(&self) {
+        lock(&self.q).1 = true;
+        self.cv.notify_all();
+    }
 }

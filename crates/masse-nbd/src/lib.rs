@@ -27,13 +27,23 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+// The map, top down: `server` (lifecycle and run loop) admits clients through
+// `slots`, over the sockets of `transport`; each connection (`conn`) does its
+// `handshake`, then queues `job`s for the workers, within the memory `budget`;
+// they all read the `config` and the `shared` state and count into `stats`.
+// `backend` is the storage an export serves; `proto` the NBD wire constants.
 pub mod backend;
 mod budget;
+mod config;
 mod conn;
 mod handshake;
 mod job;
 pub mod proto;
 pub mod server;
+mod shared;
+mod slots;
+mod stats;
+mod transport;
 
 pub use backend::{Backend, BackendError, RawBackend, Status, VolumeBackend};
 pub use server::{Export, Server, ServerConfig, ServerError, ServerStats, StopHandle};

@@ -1,5 +1,8 @@
 //! Constants of the NBD protocol (NetworkBlockDevice/nbd `doc/proto.md`).
 //! All integers travel big-endian.
+//!
+//! Public and separate so tests and other clients speak the protocol with the
+//! same names as the server.
 #![allow(missing_docs)]
 
 pub const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;

@@ -1,352 +1,41 @@
-//! The NBD server: listeners, admission of connections, and the worker pool.
+//! The NBD server: what a caller builds, starts and stops ([`Server`],
+//! [`StopHandle`]), and the run loop that ties the other parts together.
 //!
-//! Threads, no async runtime. Each connection has one thread: it does the
-//! handshake, then runs the connection's event loop (`conn.rs`): it reads
-//! requests without blocking and hands them to a pool of worker threads shared by
-//! all connections, which execute them and queue their replies on the
-//! connection, sent without ever blocking a worker. So replies go out in
-//! completion order, and a client that stops reading slows only itself.
-//!
-//! Memory: a connection holds at most `max_inflight` requests and
-//! `max_inflight_bytes` of payload from header to reply, and all connections
-//! together at most `max_buffer_bytes` (`budget.rs`); beyond either, the
-//! connection stops reading its socket.
-//!
-//! Connections: at most `max_connections`. When full, a new client is admitted in
-//! place of one that is idle (nothing in flight, silent for `idle_timeout`) or
-//! still silent in its handshake after a second; otherwise it is told why it is
-//! refused. The handshake must finish within `handshake_timeout`; a connection
-//! whose replies or request payload make no progress for `stall_timeout` is
-//! closed.
-//!
-//! Queues and locks here are `std` ones (futex, no `sched_yield` spinning): with
-//! dozens of mostly idle workers on a 2-core machine, spinning waiters cost more
-//! than they save.
+//! Threads, no async runtime. The acceptor (the thread in [`Server::run`])
+//! waits on the listeners and hands each new client to the connection slots
+//! (`slots.rs`), which give it a thread of its own: the handshake
+//! (`handshake.rs`), then the connection's event loop (`conn.rs`). That loop
+//! reads requests without blocking and queues them for a pool of worker threads
+//! shared by all connections (`job.rs`), which execute them and queue their
+//! replies on the connection, sent without ever blocking a worker. So replies go
+//! out in completion order, and a client that stops reading slows only itself.
+//! Memory held for clients is bounded per connection and server-wide
+//! (`budget.rs`).
 //!
 //! Stopping ([`StopHandle::stop`], or SIGTERM/SIGINT wired to it by the caller):
 //! stop accepting, shut the read side of every connection (no new requests are
-//! taken), let every request already read finish and be answered, then return.
+//! taken), let every request already read finish and be answered, flush every
+//! writable export, then return.
+//!
+//! This file owns only the lifecycle; the types it is configured with live in
+//! `config.rs` and `stats.rs` (re-exported here), so the parts that read them do
+//! not depend on the server.
 
-use crate::backend::Backend;
-use crate::budget::Budget;
-use crate::conn::{serve_connection, ConnInfo, HANDSHAKE, TRANSMISSION};
-use crate::job::Job;
-use crate::proto::{MAX_PAYLOAD, MAX_STRING};
-use std::collections::HashMap;
-use std::collections::VecDeque;
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::unix::io::{AsRawFd, RawFd};
+use crate::config;
+use crate::shared::Shared;
+use crate::slots::Conns;
+use crate::transport::Listener;
+use std::io::{self, Write};
+use std::net::TcpListener;
+use std::os::unix::io::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use std::path::Path;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
-use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
-/// One export: a name and what it serves.
-pub struct Export {
-    /// Name clients ask for. The first export is also the default export ("").
-    pub name: String,
-    /// The storage.
-    pub backend: Arc<dyn Backend>,
-    /// Refuse writes, trims and write-zeroes (`NBD_FLAG_READ_ONLY`).
-    pub read_only: bool,
-}
-
-/// Tunables. `Default` gives sane values.
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    /// Worker threads shared by all connections (requests executing at once).
-    pub workers: usize,
-    /// Connections served at once (handshakes included). Beyond it a new client
-    /// takes the place of an idle one if there is one (see `idle_timeout`), else
-    /// it is refused with a message saying so.
-    pub max_connections: usize,
-    /// Requests read and not yet answered, per connection.
-    pub max_inflight: usize,
-    /// Payload bytes (write data, read replies) held per connection, from a
-    /// request's header until its reply is sent; beyond it the connection's
-    /// socket is not read. At least one request always runs.
-    pub max_inflight_bytes: usize,
-    /// Payload bytes held by all connections together: the server's buffer
-    /// memory. Beyond it connections stop reading, in turn, until replies free
-    /// some. At least 32 MiB (one request of the largest size).
-    pub max_buffer_bytes: usize,
-    /// The whole handshake must be done within this.
-    pub handshake_timeout: Duration,
-    /// When the server is full, a connection with nothing in flight that has sent
-    /// nothing for this long is closed to admit a new client. Idle connections
-    /// are never closed while there is room. `Duration::ZERO`: never.
-    pub idle_timeout: Duration,
-    /// A connection whose replies the client does not read, or whose request
-    /// payload stops arriving, for this long is closed.
-    pub stall_timeout: Duration,
-    /// Log each connection and disconnection on stderr (protocol errors are always logged).
-    pub verbose: bool,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            workers: 32,
-            max_connections: 256,
-            max_inflight: 128,
-            max_inflight_bytes: 32 << 20,
-            max_buffer_bytes: 256 << 20,
-            handshake_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(60),
-            stall_timeout: Duration::from_secs(30),
-            verbose: false,
-        }
-    }
-}
-
-/// Counters of a running server, for reports and profiles.
-#[derive(Default, Debug)]
-pub struct ServerStats {
-    /// Connections accepted.
-    pub connections: AtomicU64,
-    /// Connections refused (the server was full).
-    pub refused: AtomicU64,
-    /// Idle (or silent handshaking) connections closed to admit a new client.
-    pub evicted: AtomicU64,
-    /// Connections closed because their replies were not read, or a request's
-    /// payload stopped arriving, for `stall_timeout`.
-    pub stalled: AtomicU64,
-    /// Times a connection stopped reading because the server's buffer memory
-    /// (`max_buffer_bytes`) was spent.
-    pub buffer_waits: AtomicU64,
-    /// Most buffer memory held at once, bytes.
-    pub buffer_peak: AtomicU64,
-    /// Connections closed for a protocol violation.
-    pub protocol_errors: AtomicU64,
-    /// Requests by command: read, write, flush, trim, cache, write-zeroes, block-status.
-    pub requests: [AtomicU64; 8],
-    /// Requests answered with an error.
-    pub errors: AtomicU64,
-    /// Payload bytes read by clients.
-    pub bytes_read: AtomicU64,
-    /// Payload bytes written by clients.
-    pub bytes_written: AtomicU64,
-    /// Total nanoseconds requests waited between being read and a worker taking them.
-    pub queue_ns: AtomicU64,
-    /// Total nanoseconds in the backend.
-    pub backend_ns: AtomicU64,
-    /// Total nanoseconds building and sending replies (including the writer lock).
-    pub reply_ns: AtomicU64,
-}
-
-impl ServerStats {
-    /// A short multi-line report.
-    pub fn report(&self) -> String {
-        let names = [
-            "read",
-            "write",
-            "disc",
-            "flush",
-            "trim",
-            "cache",
-            "write-zeroes",
-            "block-status",
-        ];
-        let total: u64 = self.requests.iter().map(|c| c.load(Relaxed)).sum();
-        let mut s = format!(
-            "connections {} (refused {}, idle ones closed for newcomers {}, stalled {}, \
-             protocol errors {}); requests {} (errors {}):",
-            self.connections.load(Relaxed),
-            self.refused.load(Relaxed),
-            self.evicted.load(Relaxed),
-            self.stalled.load(Relaxed),
-            self.protocol_errors.load(Relaxed),
-            total,
-            self.errors.load(Relaxed)
-        );
-        for (n, c) in names.iter().zip(self.requests.iter()) {
-            let c = c.load(Relaxed);
-            if c > 0 {
-                s.push_str(&format!(" {n} {c}"));
-            }
-        }
-        s.push_str(&format!(
-            "\nbytes read {} written {}; buffer memory peak {:.1} MiB, waits for it {}",
-            self.bytes_read.load(Relaxed),
-            self.bytes_written.load(Relaxed),
-            self.buffer_peak.load(Relaxed) as f64 / (1 << 20) as f64,
-            self.buffer_waits.load(Relaxed)
-        ));
-        if total > 0 {
-            let us = |v: &AtomicU64| v.load(Relaxed) as f64 / total as f64 / 1000.0;
-            s.push_str(&format!(
-                "\nmean per request: queue {:.1} us, backend {:.1} us, reply {:.1} us",
-                us(&self.queue_ns),
-                us(&self.backend_ns),
-                us(&self.reply_ns)
-            ));
-        }
-        s
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Sockets
-
-pub(crate) enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Stream {
-    pub(crate) fn fd(&self) -> RawFd {
-        match self {
-            Stream::Tcp(s) => s.as_raw_fd(),
-            Stream::Unix(s) => s.as_raw_fd(),
-        }
-    }
-    /// Send what the socket takes now (WouldBlock if nothing); no SIGPIPE.
-    pub(crate) fn send_now(&self, b: &[u8]) -> io::Result<usize> {
-        // SAFETY: sends from a live buffer of b.len() bytes.
-        let n = unsafe {
-            libc::send(
-                self.fd(),
-                b.as_ptr().cast(),
-                b.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(n as usize)
-    }
-    /// Receive what has arrived (WouldBlock if nothing; 0 at end of stream).
-    pub(crate) fn recv_now(&self, b: &mut [u8]) -> io::Result<usize> {
-        // SAFETY: receives into a live buffer of b.len() bytes.
-        let n = unsafe {
-            libc::recv(
-                self.fd(),
-                b.as_mut_ptr().cast(),
-                b.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(n as usize)
-    }
-    pub(crate) fn try_clone(&self) -> io::Result<Stream> {
-        Ok(match self {
-            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
-            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
-        })
-    }
-    pub(crate) fn shutdown(&self, how: Shutdown) {
-        let _ = match self {
-            Stream::Tcp(s) => s.shutdown(how),
-            Stream::Unix(s) => s.shutdown(how),
-        };
-    }
-    pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.set_read_timeout(t),
-            Stream::Unix(s) => s.set_read_timeout(t),
-        }
-    }
-    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.set_write_timeout(t),
-            Stream::Unix(s) => s.set_write_timeout(t),
-        }
-    }
-    pub(crate) fn peer(&self) -> String {
-        match self {
-            Stream::Tcp(s) => s
-                .peer_addr()
-                .map(|a| a.to_string())
-                .unwrap_or_else(|_| "tcp".into()),
-            Stream::Unix(_) => "unix socket".into(),
-        }
-    }
-}
-
-impl Read for Stream {
-    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(b),
-            Stream::Unix(s) => s.read(b),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(b),
-            Stream::Unix(s) => s.write(b),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-enum Listener {
-    Tcp(TcpListener),
-    Unix(UnixListener, PathBuf),
-}
-
-impl Listener {
-    fn fd(&self) -> RawFd {
-        match self {
-            Listener::Tcp(l) => l.as_raw_fd(),
-            Listener::Unix(l, _) => l.as_raw_fd(),
-        }
-    }
-    fn accept(&self) -> io::Result<Stream> {
-        match self {
-            Listener::Tcp(l) => {
-                let (s, _) = l.accept()?;
-                s.set_nonblocking(false)?;
-                // Replies are small and latency-bound (spec: disable Nagle).
-                s.set_nodelay(true)?;
-                keepalive(s.as_raw_fd());
-                Ok(Stream::Tcp(s))
-            }
-            Listener::Unix(l, _) => {
-                let (s, _) = l.accept()?;
-                s.set_nonblocking(false)?;
-                Ok(Stream::Unix(s))
-            }
-        }
-    }
-}
-
-/// TCP keep-alive probes after a minute of silence, every 10 s, 6 tries: a peer
-/// that vanished without closing (a half-open connection) is found in about two
-/// minutes, while a live client may stay idle as long as it likes.
-fn keepalive(fd: RawFd) {
-    let set = |level, opt, v: libc::c_int| {
-        // SAFETY: setsockopt on our own socket with a valid c_int.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                level,
-                opt,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-    };
-    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
-    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 60);
-    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 10);
-    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 6);
-}
-
-// ---------------------------------------------------------------------------
-// Server
+pub use crate::config::{Export, ServerConfig};
+pub use crate::stats::ServerStats;
 
 /// Stops a running [`Server::run`] from another thread or a signal handler.
 #[derive(Clone)]
@@ -363,58 +52,6 @@ impl StopHandle {
     /// handler (e.g. `signal_hook::low_level::pipe::register`).
     pub fn wake_socket(&self) -> io::Result<UnixStream> {
         self.tx.try_clone()
-    }
-}
-
-pub(crate) struct Shared {
-    pub(crate) exports: Vec<Arc<Export>>,
-    pub(crate) cfg: ServerConfig,
-    pub(crate) stopping: AtomicBool,
-    pub(crate) stats: Arc<ServerStats>,
-    pub(crate) jobs: JobQueue,
-    pub(crate) budget: Budget,
-    /// Connections being told the server is full, now.
-    refusing: AtomicUsize,
-}
-
-/// Requests waiting for a worker. Unbounded: every connection bounds its own share.
-pub(crate) struct JobQueue {
-    q: Mutex<(VecDeque<Job>, bool)>,
-    cv: Condvar,
-}
-
-/// Lock, ignoring poisoning: a panicking worker must not take the server down with it.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl JobQueue {
-    pub(crate) fn push(&self, j: Job) -> Result<(), Job> {
-        let mut g = lock(&self.q);
-        if g.1 {
-            return Err(j);
-        }
-        g.0.push_back(j);
-        drop(g);
-        self.cv.notify_one();
-        Ok(())
-    }
-    /// The next job, or None once closed and drained.
-    fn pop(&self) -> Option<Job> {
-        let mut g = lock(&self.q);
-        loop {
-            if let Some(j) = g.0.pop_front() {
-                return Some(j);
-            }
-            if g.1 {
-                return None;
-            }
-            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-    fn close(&self) {
-        lock(&self.q).1 = true;
-        self.cv.notify_all();
     }
 }
 
@@ -448,63 +85,14 @@ fn ioe(what: impl Into<String>) -> impl FnOnce(io::Error) -> ServerError {
     move |source| ServerError::Io { what, source }
 }
 
-fn check_config(cfg: &ServerConfig) -> Result<(), ServerError> {
-    if cfg.workers == 0 || cfg.max_inflight == 0 || cfg.max_connections == 0 {
-        return Err(ServerError::Config(
-            "workers, max_inflight and max_connections must be positive".into(),
-        ));
-    }
-    if cfg.max_buffer_bytes < MAX_PAYLOAD as usize {
-        return Err(ServerError::Config(format!(
-            "the buffer memory limit must hold at least one {} MiB request",
-            MAX_PAYLOAD >> 20
-        )));
-    }
-    if cfg.handshake_timeout.is_zero() || cfg.stall_timeout.is_zero() {
-        return Err(ServerError::Config(
-            "the handshake and stall timeouts must be positive".into(),
-        ));
-    }
-    Ok(())
-}
-
 impl Server {
     /// A server for `exports` (at least one; names must be distinct).
     pub fn new(exports: Vec<Export>, cfg: ServerConfig) -> Result<Server, ServerError> {
-        if exports.is_empty() {
-            return Err(ServerError::Config("no export to serve".into()));
-        }
-        for (i, e) in exports.iter().enumerate() {
-            if e.name.len() > MAX_STRING || e.name.contains('\0') {
-                return Err(ServerError::Config(format!(
-                    "export name {:?} is not a valid NBD string",
-                    e.name
-                )));
-            }
-            if exports[..i].iter().any(|o| o.name == e.name) {
-                return Err(ServerError::Config(format!(
-                    "export name {:?} is given twice",
-                    e.name
-                )));
-            }
-        }
-        check_config(&cfg)?;
+        config::check(&exports, &cfg).map_err(ServerError::Config)?;
         let (stop_tx, stop_rx) = UnixStream::pair().map_err(ioe("socketpair"))?;
         stop_tx.set_nonblocking(true).map_err(ioe("socketpair"))?;
-        let stats = Arc::new(ServerStats::default());
         Ok(Server {
-            shared: Arc::new(Shared {
-                exports: exports.into_iter().map(Arc::new).collect(),
-                budget: Budget::new(cfg.max_buffer_bytes, stats.clone()),
-                cfg,
-                stopping: AtomicBool::new(false),
-                stats,
-                jobs: JobQueue {
-                    q: Mutex::new((VecDeque::new(), false)),
-                    cv: Condvar::new(),
-                },
-                refusing: AtomicUsize::new(0),
-            }),
+            shared: Arc::new(Shared::new(exports, cfg)),
             listeners: Vec::new(),
             stop_rx,
             stop: StopHandle {
@@ -571,27 +159,30 @@ impl Server {
                 "no listener (TCP or Unix socket)".into(),
             ));
         }
-        let mut workers = Vec::new();
-        for i in 0..self.shared.cfg.workers {
-            let sh = self.shared.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("nbd-worker-{i}"))
-                .spawn(move || {
-                    while let Some(job) = sh.jobs.pop() {
-                        job.run();
-                    }
-                })
-                .map_err(ioe("cannot start a worker thread"))?;
-            workers.push(h);
+        let workers = start_workers(&self.shared)?;
+        let mut conns = Conns::new(self.shared.clone());
+        self.accept_until_stopped(&mut conns);
+        // Stop: no new connections, no new requests; finish and answer the rest.
+        self.shared.stopping.store(true, SeqCst);
+        conns.close_all();
+        let result = flush_exports(&self.shared.exports);
+        let Server {
+            shared, listeners, ..
+        } = self;
+        for l in &listeners {
+            l.remove_socket_file();
         }
-        let mut conns = Conns {
-            sh: self.shared.clone(),
-            live: HashMap::new(),
-            next_id: 0,
-            epoch: Instant::now(),
-            last_refusal_note: None,
-            refused_since_note: 0,
-        };
+        shared.jobs.close();
+        drop(shared);
+        for w in workers {
+            let _ = w.join();
+        }
+        result
+    }
+
+    /// Hand every new client to `conns` until the stop handle is used (or
+    /// `poll` fails).
+    fn accept_until_stopped(&self, conns: &mut Conns) {
         let mut fds: Vec<libc::pollfd> = self
             .listeners
             .iter()
@@ -612,10 +203,10 @@ impl Server {
                     continue;
                 }
                 eprintln!("masse-nbd: poll failed: {e}; stopping");
-                break;
+                return;
             }
             if fds[fds.len() - 1].revents != 0 {
-                break;
+                return;
             }
             for (i, l) in self.listeners.iter().enumerate() {
                 if fds[i].revents != 0 {
@@ -623,30 +214,26 @@ impl Server {
                 }
             }
         }
-        // Stop: no new connections, no new requests; finish and answer the rest.
-        self.shared.stopping.store(true, SeqCst);
-        for c in conns.live.values() {
-            c.ctl.shutdown(Shutdown::Read);
-        }
-        for (_, c) in conns.live.drain() {
-            let _ = c.thread.join();
-        }
-        let result = flush_exports(&self.shared.exports);
-        let Server {
-            shared, listeners, ..
-        } = self;
-        for l in &listeners {
-            if let Listener::Unix(_, p) = l {
-                let _ = std::fs::remove_file(p);
-            }
-        }
-        shared.jobs.close();
-        drop(shared);
-        for w in workers {
-            let _ = w.join();
-        }
-        result
     }
+}
+
+/// The worker pool: each thread runs jobs from the queue until it is closed
+/// and drained.
+fn start_workers(sh: &Arc<Shared>) -> Result<Vec<JoinHandle<()>>, ServerError> {
+    let mut workers = Vec::new();
+    for i in 0..sh.cfg.workers {
+        let sh = sh.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("nbd-worker-{i}"))
+            .spawn(move || {
+                while let Some(job) = sh.jobs.pop() {
+                    job.run();
+                }
+            })
+            .map_err(ioe("cannot start a worker thread"))?;
+        workers.push(h);
+    }
+    Ok(workers)
 }
 
 /// Everything acknowledged is made durable before the server returns, FUA or not.
@@ -660,161 +247,4 @@ fn flush_exports(exports: &[Arc<Export>]) -> Result<(), ServerError> {
         }
     }
     result
-}
-
-/// A live connection as the acceptor holds it.
-struct Slot {
-    /// A second handle on the socket, to shut it down from here.
-    ctl: Stream,
-    thread: JoinHandle<()>,
-    info: Arc<ConnInfo>,
-    /// Closed to make room; its thread is still finishing.
-    closing: bool,
-}
-
-/// The acceptor's table of connections and its admission rules.
-struct Conns {
-    sh: Arc<Shared>,
-    live: HashMap<u64, Slot>,
-    next_id: u64,
-    epoch: Instant,
-    last_refusal_note: Option<Instant>,
-    refused_since_note: u64,
-}
-
-/// A client still silent in its handshake after this may be closed to make room.
-const HANDSHAKE_GRACE: Duration = Duration::from_secs(1);
-
-/// Clients being told the server is full at once; beyond, they are just closed.
-const MAX_REFUSING: usize = 16;
-
-impl Conns {
-    fn accept_all(&mut self, l: &Listener) {
-        loop {
-            let s = match l.accept() {
-                Ok(s) => s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    eprintln!("masse-nbd: accept failed: {e}");
-                    std::thread::sleep(Duration::from_millis(50));
-                    return;
-                }
-            };
-            self.live.retain(|_, c| !c.thread.is_finished());
-            if !self.make_room() {
-                self.refuse(s);
-                continue;
-            }
-            self.start(s);
-        }
-    }
-
-    /// Whether a new connection fits, closing an idle one to make room if needed:
-    /// the one silent longest among those idle for `idle_timeout`, or still silent
-    /// in their handshake after `HANDSHAKE_GRACE`.
-    fn make_room(&mut self) -> bool {
-        let open = self.live.values().filter(|c| !c.closing).count();
-        if open < self.sh.cfg.max_connections {
-            return true;
-        }
-        let idle = self.sh.cfg.idle_timeout;
-        let victim = self
-            .live
-            .iter()
-            .filter(|(_, c)| !c.closing)
-            .filter_map(|(&id, c)| {
-                let quiet = c.info.silent_for();
-                let evictable = match c.info.phase.load(Relaxed) {
-                    HANDSHAKE => quiet >= HANDSHAKE_GRACE,
-                    TRANSMISSION => {
-                        !idle.is_zero() && quiet >= idle && c.info.busy.load(Relaxed) == 0
-                    }
-                    _ => false,
-                };
-                evictable.then_some((quiet, id))
-            })
-            .max();
-        let Some((quiet, id)) = victim else {
-            return false;
-        };
-        if let Some(c) = self.live.get_mut(&id) {
-            if self.sh.cfg.verbose {
-                eprintln!(
-                    "masse-nbd: {}: closing a connection silent for {} s to admit a new client",
-                    c.ctl.peer(),
-                    quiet.as_secs()
-                );
-            }
-            c.closing = true;
-            c.ctl.shutdown(Shutdown::Both);
-        }
-        self.sh.stats.evicted.fetch_add(1, Relaxed);
-        true
-    }
-
-    fn start(&mut self, s: Stream) {
-        let Ok(ctl) = s.try_clone() else { return };
-        self.sh.stats.connections.fetch_add(1, Relaxed);
-        let id = self.next_id;
-        self.next_id += 1;
-        let info = Arc::new(ConnInfo::new(id, self.epoch));
-        let (sh, i) = (self.sh.clone(), info.clone());
-        match std::thread::Builder::new()
-            .name(format!("nbd-conn-{id}"))
-            .spawn(move || serve_connection(sh, s, i))
-        {
-            Ok(thread) => {
-                let slot = Slot {
-                    ctl,
-                    thread,
-                    info,
-                    closing: false,
-                };
-                self.live.insert(id, slot);
-            }
-            Err(e) => {
-                eprintln!("masse-nbd: cannot start a connection thread: {e}");
-                ctl.shutdown(Shutdown::Both);
-            }
-        }
-    }
-
-    /// Refuse a client, telling it why when few others are being told.
-    fn refuse(&mut self, s: Stream) {
-        self.sh.stats.refused.fetch_add(1, Relaxed);
-        self.refused_since_note += 1;
-        let note_due = self
-            .last_refusal_note
-            .is_none_or(|t| t.elapsed() >= Duration::from_secs(10));
-        if note_due {
-            eprintln!(
-                "masse-nbd: all {} connection slots are busy: refused {} new client(s) \
-                 (see --max-connections, --idle-timeout)",
-                self.sh.cfg.max_connections, self.refused_since_note
-            );
-            self.last_refusal_note = Some(Instant::now());
-            self.refused_since_note = 0;
-        }
-        if self.sh.refusing.fetch_add(1, SeqCst) >= MAX_REFUSING {
-            self.sh.refusing.fetch_sub(1, SeqCst);
-            s.shutdown(Shutdown::Both);
-            return;
-        }
-        let sh = self.sh.clone();
-        let why = format!(
-            "server busy: all {} connection slots are in use; try again later",
-            sh.cfg.max_connections
-        );
-        let spawned = std::thread::Builder::new()
-            .name("nbd-refuse".into())
-            .spawn(move || {
-                crate::handshake::refuse(s, &why);
-                sh.refusing.fetch_sub(1, SeqCst);
-            });
-        if spawned.is_err() {
-            self.sh.refusing.fetch_sub(1, SeqCst);
-        }
-    }
 }

@@ -56,19 +56,19 @@ impl Db {
     /// over the visited positions plus one record read per key returned; GC is held
     /// off only during the call. See the module docs for the guarantees.
     pub fn scan(&self, cursor: u64, count: usize) -> Result<ScanPage> {
-        let inner = &self.inner;
-        let shards = inner.index.shard_count();
+        let e = &self.engine;
+        let shards = e.index.shard_count();
         let bits = shards.trailing_zeros();
         let count = count.max(1);
         let (mut shard, mut from) = split(cursor, bits);
         let mut locs: Vec<Loc> = Vec::new();
         let mut next = 0;
-        inner.iterators.fetch_add(1, SeqCst);
-        let gc = inner.gc_lock.lock();
+        e.iterators.fetch_add(1, SeqCst);
+        let gc = e.gc_lock.lock();
         while shard < shards {
             let mut last = None;
             let mut stop = None;
-            inner.index.scan_shard(shard, from, |fp, l| {
+            e.index.scan_shard(shard, from, |fp, l| {
                 let prefix = fp >> bits;
                 if locs.len() >= count && last != Some(prefix) {
                     stop = Some(prefix);
@@ -89,22 +89,22 @@ impl Db {
         }
         let keys: Result<Vec<Vec<u8>>> = locs.into_iter().map(|l| self.read_key(l)).collect();
         drop(gc);
-        inner.iterators.fetch_sub(1, SeqCst);
+        e.iterators.fetch_sub(1, SeqCst);
         Ok(ScanPage { keys: keys?, next })
     }
 
     /// The key of the record at `l` (GC is held off by the caller), retrying a
     /// read that raced an in-place update as [`Db::iter`] does.
     fn read_key(&self, l: Loc) -> Result<Vec<u8>> {
-        let inner = &self.inner;
+        let e = &self.engine;
         let mut tries = 0;
         loop {
-            let gen = inner.inplace_gen.load(SeqCst);
-            let r = inner
+            let gen = e.inplace_gen.load(SeqCst);
+            let r = e
                 .read_record(l)
                 .and_then(|b| Ok(decode_record(&b)?.1.to_vec()));
             tries += 1;
-            if r.is_err() && tries < 16 && inner.inplace_raced(gen) {
+            if r.is_err() && tries < 16 && e.inplace_raced(gen) {
                 continue;
             }
             return r;
@@ -115,7 +115,7 @@ impl Db {
     /// index, no device read: O(keys), tens of milliseconds per 10^7 keys.
     pub fn key_count(&self) -> u64 {
         let mut n = 0;
-        self.inner.index.for_each(|l| {
+        self.engine.index.for_each(|l| {
             if !Loc(l).is_tombstone() {
                 n += 1;
             }

@@ -3,9 +3,11 @@
 //! needs a segment or a band of its own), kept here in one place because both
 //! placement and space admission must follow it exactly.
 
-use crate::db::MAX_STRADDLE_PAD;
 use crate::device::round_up;
 use crate::format::{Geometry, SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY};
+
+/// Most padding a small record may leave behind to avoid straddling a 4 KiB block.
+pub(crate) const MAX_STRADDLE_PAD: usize = 512;
 
 /// Derived geometry, cheap to query on the hot path.
 #[derive(Clone, Debug)]

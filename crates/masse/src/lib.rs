@@ -26,29 +26,26 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
-mod check;
 pub mod config;
 mod db;
 pub mod device;
+mod engine;
 pub mod error;
 pub mod format;
-mod gc;
 pub mod index;
 mod keyscan;
 mod layout;
-mod pad;
 mod part;
 mod pool;
-mod recovery;
-mod scan;
+mod space;
 pub mod stats;
 pub mod vblock;
 pub mod vfile;
-mod writer;
 
-pub use check::CheckReport;
 pub use config::{DeviceSpec, IoChoice, Options, PoolConfig};
-pub use db::{Activity, BandStatus, Db, Iter, SegmentStatus, WriteBatch};
+pub use db::{Activity, Db, Iter, WriteBatch};
+pub use engine::check::CheckReport;
+pub use engine::status::{BandStatus, SegmentStatus};
 pub use error::{Error, Result};
 pub use format::{Geometry, Mode, MAX_KEY_LEN, MAX_VALUE_LEN};
 pub use keyscan::ScanPage;

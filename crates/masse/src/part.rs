@@ -75,8 +75,8 @@ impl Db {
                 )));
             }
         }
-        let inner = &self.inner;
-        let gen = inner.inplace_gen.load(SeqCst);
+        let e = &self.engine;
+        let gen = e.inplace_gen.load(SeqCst);
         let mut out: Vec<Option<Vec<u8>>> = vec![None; parts.len()];
         let mut slow = Vec::new();
         let mut cands = Vec::new();
@@ -90,8 +90,7 @@ impl Db {
         self.read_cands(&mut cands)?;
         for c in cands {
             let (key, _) = &parts[c.i];
-            let same =
-                inner.index.get(inner.digest(key)) == Some(c.loc) && !inner.inplace_raced(gen);
+            let same = e.index.get(e.digest(key)) == Some(c.loc) && !e.inplace_raced(gen);
             if same && check(c.i, &c.buf) {
                 out[c.i] = Some(c.buf);
             } else {
@@ -105,20 +104,20 @@ impl Db {
                 v[r.start.min(end)..end].to_vec()
             });
         }
-        inner.c.gets.fetch_add(parts.len() as u64, Relaxed);
+        e.counters.gets.fetch_add(parts.len() as u64, Relaxed);
         for v in out.iter().flatten() {
-            inner.c.get_hits.fetch_add(1, Relaxed);
-            inner.c.read_bytes.fetch_add(v.len() as u64, Relaxed);
+            e.counters.get_hits.fetch_add(1, Relaxed);
+            e.counters.read_bytes.fetch_add(v.len() as u64, Relaxed);
         }
-        inner.record(Op::Get, t);
+        e.record(Op::Get, t);
         Ok(out)
     }
 
     /// Where part `i` is: absent, in a DRAM segment (copied now), on a device
     /// (a read to issue), or only readable whole (an empty range: nothing to check).
     fn locate_part(&self, i: usize, key: &[u8], range: &Range<usize>) -> Located {
-        let inner = &self.inner;
-        let Some(l) = inner.index.get(inner.digest(key)) else {
+        let e = &self.engine;
+        let Some(l) = e.index.get(e.digest(key)) else {
             return Located::Absent;
         };
         let loc = Loc(l);
@@ -132,12 +131,12 @@ impl Db {
             return Located::Slow;
         }
         let off = loc.offset() as usize + vstart;
-        if let Some(seg) = inner.bufs.read().get(&loc.slot()).cloned() {
+        if let Some(seg) = e.segments.get(loc.slot()) {
             let d = seg.data.read();
             if off + b > d.len() {
                 return Located::Slow;
             }
-            inner.c.reads_from_dram.fetch_add(1, Relaxed);
+            e.counters.reads_from_dram.fetch_add(1, Relaxed);
             return Located::Cand(Cand {
                 i,
                 loc: l,
@@ -145,7 +144,7 @@ impl Db {
                 dev: None,
             });
         }
-        let (dev, base) = inner.layout.slot_addr(loc.slot());
+        let (dev, base) = e.layout.slot_addr(loc.slot());
         let (lo, hi) = (base + (off + a) as u64, base + (off + b) as u64);
         let start = round_down64(lo, 4096);
         let abuf = AlignedBuf::new((round_up64(hi, 4096) - start) as usize);
@@ -166,8 +165,8 @@ impl Db {
     /// Issue the device reads of `cands` (one batch per device) and cut each
     /// part out of its aligned buffer.
     fn read_cands(&self, cands: &mut [Cand]) -> Result<()> {
-        let inner = &self.inner;
-        for dev in 0..inner.pool.caps.len() {
+        let e = &self.engine;
+        for dev in 0..e.pool.caps.len() {
             let mut ops: Vec<(u64, &mut [u8])> = cands
                 .iter_mut()
                 .filter_map(|c| c.dev.as_mut())
@@ -177,11 +176,10 @@ impl Db {
             if ops.is_empty() {
                 continue;
             }
-            let d = &inner.pool.caps[dev];
+            let d = &e.pool.caps[dev];
             d.read_batch(&mut ops)
                 .map_err(|e| Error::io(&d.info().path, "reading parts of records", e))?;
-            inner
-                .c
+            e.counters
                 .reads_from_device
                 .fetch_add(ops.len() as u64, Relaxed);
         }

@@ -147,15 +147,6 @@ fn volatile_warnings(fast: Option<&Arc<dyn Device>>, caps: &[Arc<dyn Device>]) -
     w
 }
 
-impl crate::Db {
-    /// What the caller should know about the pool's devices, e.g. that one is
-    /// on tmpfs and does not survive a reboot. `masse create` and `masse demo`
-    /// print these; a library user should show them too.
-    pub fn pool_warnings(&self) -> &[String] {
-        &self.inner.pool.warnings
-    }
-}
-
 pub(crate) fn read_block(
     dev: &Arc<dyn Device>,
     off: u64,
@@ -236,15 +227,37 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
         ));
     }
     let Devices { fast, caps, claims } = open_devices(cfg, false)?;
-    for d in fast.iter().chain(caps.iter()) {
+    if !force {
+        refuse_formatted(fast.iter().chain(caps.iter()))?;
+    }
+    let cap_media = cfg.capacity_media.unwrap_or(caps[0].info().media);
+    let geo = choose_geometry(cfg, fast.as_ref(), &caps, cap_media)?;
+    let pool_id = random_id();
+    let pool = Pool {
+        pool_id,
+        geo,
+        key_digest: crate::index::KeyDigest::Keyed(random_id().to_le_bytes()),
+        warnings: volatile_warnings(fast.as_ref(), &caps),
+        fast,
+        caps,
+        _claims: claims,
+    };
+    format(&pool, cap_media)?;
+    Ok(pool)
+}
+
+/// Refuse devices that already hold a pool, or a pool of a newer format
+/// (`create` without `force`).
+fn refuse_formatted<'a>(devs: impl Iterator<Item = &'a Arc<dyn Device>>) -> Result<()> {
+    for d in devs {
         match probe(d)? {
-            SuperblockProbe::Found(sb) if !force => {
+            SuperblockProbe::Found(sb) => {
                 return Err(Error::AlreadyFormatted {
                     path: d.info().path.clone().into(),
                     pool_id: sb.pool_id,
                 });
             }
-            SuperblockProbe::TooNew(v) if !force => {
+            SuperblockProbe::TooNew(v) => {
                 return Err(Error::FormatTooNew {
                     path: d.info().path.clone(),
                     found: v,
@@ -254,25 +267,79 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
             _ => {}
         }
     }
+    Ok(())
+}
 
-    let cap_media = cfg.capacity_media.unwrap_or(caps[0].info().media);
-    let mode = match (&fast, cfg.mode) {
-        (Some(_), None | Some(Mode::Tiered)) => Mode::Tiered,
-        (Some(_), Some(m)) => {
+/// The geometry of a new pool on these devices, from the configuration's
+/// choices and what the devices say about themselves.
+fn choose_geometry(
+    cfg: &PoolConfig,
+    fast: Option<&Arc<dyn Device>>,
+    caps: &[Arc<dyn Device>],
+    cap_media: Media,
+) -> Result<Geometry> {
+    let mode = choose_mode(fast.is_some(), cfg.mode, cap_media)?;
+    let iu = choose_iu(cfg, caps, cap_media)?;
+    let seg = choose_segment_size(cfg, mode, iu)?;
+    let band_header_size = iu.max(4096);
+    let meta = meta_regions(cfg, fast, caps, seg, iu)?;
+    let min_cap = caps.iter().map(|d| d.info().capacity).min().unwrap_or(0);
+    // Bands start on a reclaim-unit boundary too, when the unit is known and small
+    // enough to leave room for data.
+    let known_ru = caps
+        .iter()
+        .map(|d| d.info().reclaim_unit)
+        .max()
+        .unwrap_or(0);
+    let data_start = if known_ru > 0 && known_ru <= min_cap / 64 {
+        meta.data_start.div_ceil(known_ru) * known_ru // reclaim units need not be powers of two
+    } else {
+        meta.data_start
+    };
+    let usable = min_cap.saturating_sub(data_start);
+    let band_size = choose_band_size(cfg, usable, seg, iu, known_ru)?;
+    let bands_per_device = count_bands(caps, data_start, band_size, seg, band_header_size)?;
+    Ok(Geometry {
+        mode,
+        segment_size: seg,
+        band_size,
+        band_header_size,
+        iu,
+        bands_per_device,
+        pad_offset: meta.pad_offset,
+        pad_size: meta.pad_size,
+        ckpt_offset: meta.ckpt_offset,
+        ckpt_slot_size: meta.ckpt_slot,
+        data_start,
+        has_fast: fast.is_some(),
+    })
+}
+
+/// The pool's mode: the configured one if the devices allow it, else tiered
+/// with a fast device, scm-only on SCM, capacity-only otherwise.
+fn choose_mode(has_fast: bool, wanted: Option<Mode>, cap_media: Media) -> Result<Mode> {
+    Ok(match (has_fast, wanted) {
+        (true, None | Some(Mode::Tiered)) => Mode::Tiered,
+        (true, Some(m)) => {
             return Err(Error::InvalidConfig(format!(
                 "mode {} cannot have a fast-tier device",
                 m.name()
             )))
         }
-        (None, Some(Mode::Tiered)) => {
+        (false, Some(Mode::Tiered)) => {
             return Err(Error::InvalidConfig(
                 "tiered mode needs a fast-tier device (--fast)".into(),
             ))
         }
-        (None, Some(m)) => m,
-        (None, None) if cap_media == Media::Scm => Mode::ScmOnly,
-        (None, None) => Mode::CapacityOnly,
-    };
+        (false, Some(m)) => m,
+        (false, None) if cap_media == Media::Scm => Mode::ScmOnly,
+        (false, None) => Mode::CapacityOnly,
+    })
+}
+
+/// The indirection unit: configured, else the drives' own when known, else
+/// 64 KiB on QLC, else the optimal I/O size when it is a sensible one.
+fn choose_iu(cfg: &PoolConfig, caps: &[Arc<dyn Device>], cap_media: Media) -> Result<u32> {
     let known_iu = caps
         .iter()
         .map(|d| d.info().indirection_unit)
@@ -295,6 +362,12 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
             "indirection unit {iu} must be a power of two ≥ 4096"
         )));
     }
+    Ok(iu)
+}
+
+/// The segment size: configured, else 8 KiB for scm-only and 256 KiB
+/// otherwise, never below the indirection unit.
+fn choose_segment_size(cfg: &PoolConfig, mode: Mode, iu: u32) -> Result<u32> {
     let default_seg = if mode == Mode::ScmOnly {
         8192u32
     } else {
@@ -306,55 +379,82 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
             "segment size {seg} must be a multiple of the indirection unit ({iu}) between 8 KiB and 512 KiB"
         )));
     }
-    let band_header_size = iu.max(4096);
+    Ok(seg)
+}
 
-    let meta_cap = fast.as_ref().unwrap_or(&caps[0]).info().capacity;
-    let min_cap = caps.iter().map(|d| d.info().capacity).min().unwrap_or(0);
-    // Metadata regions.
-    let (pad_offset, pad_size, ckpt_offset, ckpt_slot, data_start);
+/// Where the metadata regions of a new pool go, and where data may start
+/// (before any reclaim-unit alignment).
+struct MetaRegions {
+    pad_offset: u64,
+    pad_size: u64,
+    ckpt_offset: u64,
+    ckpt_slot: u64,
+    data_start: u64,
+}
+
+/// With a fast device: the write pad and two checkpoint slots on it, data
+/// from the first IU (or MiB) boundary of the capacity devices. Without: the
+/// checkpoint slots on the first capacity device, data after them.
+fn meta_regions(
+    cfg: &PoolConfig,
+    fast: Option<&Arc<dyn Device>>,
+    caps: &[Arc<dyn Device>],
+    seg: u32,
+    iu: u32,
+) -> Result<MetaRegions> {
     let after_epoch = EPOCH_OFFSET + EPOCH_AREA;
-    if let Some(f) = &fast {
-        let fcap = f.info().capacity;
-        pad_offset = after_epoch + 2 * PAD_HEADER_SIZE;
-        let min_pad = (32u64 << 20).max(8 * seg as u64 + 2 * (MAX_VALUE_LEN as u64 + 8192));
-        pad_size = round_down64(
-            cfg.pad_size.unwrap_or((fcap / 4).clamp(min_pad, 1 << 30)),
-            4096,
-        );
-        if pad_size < min_pad {
-            return Err(Error::InvalidConfig(format!(
-                "write pad of {pad_size} bytes is too small (minimum {min_pad})"
-            )));
-        }
-        ckpt_offset = pad_offset + pad_size;
-        let rest = fcap.saturating_sub(ckpt_offset);
-        ckpt_slot = round_down64(cfg.checkpoint_size.unwrap_or(rest / 2), 4096);
-        if ckpt_offset + 2 * ckpt_slot > fcap || pad_offset + pad_size > fcap {
-            return Err(Error::InvalidConfig(format!(
-                "fast device of {fcap} bytes cannot hold a {pad_size}-byte pad and two {ckpt_slot}-byte checkpoint slots"
-            )));
-        }
-        data_start = round_up64(after_epoch, (iu as u64).max(1 << 20));
-    } else {
-        pad_offset = 0;
-        pad_size = 0;
-        ckpt_offset = after_epoch;
-        ckpt_slot = round_down64(cfg.checkpoint_size.unwrap_or(meta_cap / 32), 4096);
-        data_start = round_up64(ckpt_offset + 2 * ckpt_slot, (iu as u64).max(1 << 20));
-    }
-    // Bands start on a reclaim-unit boundary too, when the unit is known and small
-    // enough to leave room for data.
-    let known_ru = caps
-        .iter()
-        .map(|d| d.info().reclaim_unit)
-        .max()
-        .unwrap_or(0);
-    let data_start = if known_ru > 0 && known_ru <= min_cap / 64 {
-        data_start.div_ceil(known_ru) * known_ru // reclaim units need not be powers of two
-    } else {
-        data_start
+    let Some(f) = fast else {
+        let meta_cap = caps[0].info().capacity;
+        let ckpt_offset = after_epoch;
+        let ckpt_slot = round_down64(cfg.checkpoint_size.unwrap_or(meta_cap / 32), 4096);
+        return Ok(MetaRegions {
+            pad_offset: 0,
+            pad_size: 0,
+            ckpt_offset,
+            ckpt_slot,
+            data_start: round_up64(ckpt_offset + 2 * ckpt_slot, (iu as u64).max(1 << 20)),
+        });
     };
-    let usable = min_cap.saturating_sub(data_start);
+    let fcap = f.info().capacity;
+    let pad_offset = after_epoch + 2 * PAD_HEADER_SIZE;
+    let min_pad = (32u64 << 20).max(8 * seg as u64 + 2 * (MAX_VALUE_LEN as u64 + 8192));
+    let pad_size = round_down64(
+        cfg.pad_size.unwrap_or((fcap / 4).clamp(min_pad, 1 << 30)),
+        4096,
+    );
+    if pad_size < min_pad {
+        return Err(Error::InvalidConfig(format!(
+            "write pad of {pad_size} bytes is too small (minimum {min_pad})"
+        )));
+    }
+    let ckpt_offset = pad_offset + pad_size;
+    let rest = fcap.saturating_sub(ckpt_offset);
+    let ckpt_slot = round_down64(cfg.checkpoint_size.unwrap_or(rest / 2), 4096);
+    if ckpt_offset + 2 * ckpt_slot > fcap || pad_offset + pad_size > fcap {
+        return Err(Error::InvalidConfig(format!(
+            "fast device of {fcap} bytes cannot hold a {pad_size}-byte pad and two {ckpt_slot}-byte checkpoint slots"
+        )));
+    }
+    Ok(MetaRegions {
+        pad_offset,
+        pad_size,
+        ckpt_offset,
+        ckpt_slot,
+        data_start: round_up64(after_epoch, (iu as u64).max(1 << 20)),
+    })
+}
+
+/// The band size: configured, else 64 MiB (less on small devices), a whole
+/// number of reclaim units when the drive's is known; IU-aligned and large
+/// enough for 8 segments after the band header.
+fn choose_band_size(
+    cfg: &PoolConfig,
+    usable: u64,
+    seg: u32,
+    iu: u32,
+    known_ru: u64,
+) -> Result<u64> {
+    let band_header_size = iu.max(4096);
     let band_size = match cfg.band_size {
         Some(b) => b,
         None => {
@@ -390,6 +490,18 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
             "band size {band_size} must hold at least 8 segments of {seg} bytes (plus a {band_header_size}-byte header)"
         )));
     }
+    Ok(band_size)
+}
+
+/// Bands on each capacity device; refuses a tier of fewer than 4 bands or
+/// more segments than a location can address.
+fn count_bands(
+    caps: &[Arc<dyn Device>],
+    data_start: u64,
+    band_size: u64,
+    seg: u32,
+    band_header_size: u32,
+) -> Result<Vec<u32>> {
     let bands_per_device: Vec<u32> = caps
         .iter()
         .map(|d| (d.info().capacity.saturating_sub(data_start) / band_size) as u32)
@@ -406,40 +518,22 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
             "capacity tier has {slots} segments; at most {MAX_SLOTS} are addressable (use a larger --segment-size)"
         )));
     }
-    let geo = Geometry {
-        mode,
-        segment_size: seg,
-        band_size,
-        band_header_size,
-        iu,
-        bands_per_device,
-        pad_offset,
-        pad_size,
-        ckpt_offset,
-        ckpt_slot_size: ckpt_slot,
-        data_start,
-        has_fast: fast.is_some(),
-    };
-    let pool_id = random_id();
-    let pool = Pool {
-        pool_id,
-        geo,
-        key_digest: crate::index::KeyDigest::Keyed(random_id().to_le_bytes()),
-        warnings: volatile_warnings(fast.as_ref(), &caps),
-        fast,
-        caps,
-        _claims: claims,
-    };
-    format(&pool, cap_media)?;
-    Ok(pool)
+    Ok(bands_per_device)
 }
 
+/// Write a new pool's metadata, then its superblocks.
 fn format(pool: &Pool, cap_media: Media) -> Result<()> {
+    blank_metadata(pool)?;
+    write_superblocks(pool, cap_media)
+}
+
+/// Blank every metadata block we will later trust, so nothing from an earlier
+/// pool on the same device can be mistaken for ours (the pool tag also
+/// guards), and write the first epoch and pad headers.
+fn blank_metadata(pool: &Pool) -> Result<()> {
     let tag = pool.pool_tag();
     let meta = pool.meta().clone();
     let g = &pool.geo;
-    // Blank every metadata block we will later trust, so nothing from an earlier
-    // pool on the same device can be mistaken for ours (the pool tag also guards).
     let zero = vec![0u8; 4096];
     write_block(&meta, EPOCH_OFFSET + 4096, &zero, "formatting")?;
     write_block(
@@ -480,6 +574,12 @@ fn format(pool: &Pool, cap_media: Media) -> Result<()> {
             "formatting checkpoints",
         )?;
     }
+    Ok(())
+}
+
+/// Sync every device, then write both superblock copies of each: a device is
+/// a pool member only once everything else is in place.
+fn write_superblocks(pool: &Pool, cap_media: Media) -> Result<()> {
     let created = now_unix();
     let mut sbs = Vec::new();
     if let Some(f) = &pool.fast {
@@ -496,7 +596,6 @@ fn format(pool: &Pool, cap_media: Media) -> Result<()> {
     for (dev, _, _, _) in &sbs {
         sync(dev, "formatting")?;
     }
-    // Superblocks last: a device is a pool member only once everything else is in place.
     for (dev, role, idx, media) in &sbs {
         let sb = Superblock {
             version: FORMAT_VERSION,
@@ -506,7 +605,7 @@ fn format(pool: &Pool, cap_media: Media) -> Result<()> {
             device_capacity: dev.info().capacity,
             media: media.code(),
             created_unix: created,
-            geometry: g.clone(),
+            geometry: pool.geo.clone(),
             key_digest: pool.key_digest,
         };
         let b = sb.encode();

@@ -100,7 +100,7 @@ impl Histos {
                 LatencyBuckets {
                     op: op.name(),
                     count: h.len(),
-                    sum_ns: ld(sum),
+                    sum_ns: read_counter(sum),
                     cumulative: bounds_ns
                         .iter()
                         .map(|&b| h.count_between(0, b.min(h.high())))
@@ -197,7 +197,7 @@ pub struct DeviceStats {
 }
 
 /// A snapshot of everything the engine counts.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Stats {
     /// Pool configuration family.
     pub mode: &'static str,
@@ -306,16 +306,24 @@ pub struct Stats {
     pub latency: Vec<LatencySummary>,
 }
 
-pub(crate) fn ld(a: &AtomicU64) -> u64 {
+/// The value of a relaxed counter.
+pub(crate) fn read_counter(a: &AtomicU64) -> u64 {
     a.load(Relaxed)
 }
 
 impl Stats {
     /// Human-readable multi-line report.
     pub fn to_text(&self) -> String {
-        use std::fmt::Write;
         let mut s = String::new();
-        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        self.text_writes(&mut s);
+        self.text_upkeep(&mut s);
+        self.text_reads_and_devices(&mut s);
+        s
+    }
+
+    /// The report's lines on what was written and where: operations, tiers, bands, pad.
+    fn text_writes(&self, s: &mut String) {
+        use std::fmt::Write;
         let _ = writeln!(s, "mode                 {}", self.mode);
         let _ = writeln!(
             s,
@@ -356,6 +364,11 @@ impl Stats {
             self.commit_groups,
             self.commit_records
         );
+    }
+
+    /// The report's lines on background work: GC, index, checkpoints, recovery.
+    fn text_upkeep(&self, s: &mut String) {
+        use std::fmt::Write;
         let _ = writeln!(
             s,
             "gc                   {} passes, {} bands freed, {:.1} MiB read, {} records / {:.1} MiB moved, {} tombstones dropped; {} write stalls ({} µs)",
@@ -397,6 +410,11 @@ impl Stats {
         for w in &self.recovery_notes {
             let _ = writeln!(s, "recovery note        {w}");
         }
+    }
+
+    /// The report's lines on reads, per-device I/O and latency.
+    fn text_reads_and_devices(&self, s: &mut String) {
+        use std::fmt::Write;
         let _ = writeln!(
             s,
             "reads                {} from DRAM buffers, {} from devices, {} retries; {} checksum failures",
@@ -433,8 +451,12 @@ impl Stats {
                 l.max_ns as f64 / 1e3
             );
         }
-        s
     }
+}
+
+/// Bytes in MiB, for the text report.
+fn mib(b: u64) -> f64 {
+    b as f64 / (1 << 20) as f64
 }
 
 /// Space of the capacity tier as writers see it, from [`crate::Db::space`]. Cheap
@@ -458,54 +480,4 @@ pub struct Space {
     /// for the open band and GC, and bands whose dead records GC would not
     /// find worth moving the live ones for.
     pub user_available_bytes: u64,
-}
-
-impl crate::Db {
-    /// Space figures for `statfs`-style reports and for write admission in faces
-    /// that buffer data (the file layer), without the cost of [`crate::Db::stats`]
-    /// (one pass over the per-band counters).
-    pub fn space(&self) -> Space {
-        use crate::db::BandState;
-        let inner = &self.inner;
-        let payload = inner.layout.band_payload();
-        let min_gain = crate::gc::min_gain(inner);
-        let bt = inner.bands.lock();
-        let (total, free) = (bt.bands.len() as u32, bt.free_count());
-        let mut room = 0u64;
-        for (i, b) in bt.bands.iter().enumerate() {
-            room += match b.state {
-                BandState::Free => payload,
-                // What GC could win back here, if it would bother.
-                BandState::Open | BandState::Sealed | BandState::Victim => {
-                    let gain = payload.saturating_sub(inner.band_cost(i));
-                    if gain >= min_gain {
-                        gain
-                    } else {
-                        0
-                    }
-                }
-                BandState::Pinned => 0,
-            };
-        }
-        drop(bt);
-        let reserve = crate::db::Class::User.reserve_bands();
-        let live: u64 = inner.band_live.iter().map(|a| a.load(Relaxed)).sum();
-        Space {
-            bands_total: total,
-            bands_free: free,
-            user_reserve_bands: reserve,
-            band_payload: payload,
-            live_bytes: live,
-            user_available_bytes: room.saturating_sub((reserve as u64 + 1) * payload),
-        }
-    }
-
-    /// Band payload a record of `key_len` + `value_len` bytes takes once stored
-    /// among records like it (header, summary entry and its share of the segment
-    /// room records of that size leave unused): the unit of
-    /// [`Space::user_available_bytes`].
-    pub fn record_room(&self, key_len: usize, value_len: usize) -> u64 {
-        let len8 = crate::format::record_len(key_len, value_len).div_ceil(8) * 8;
-        self.inner.layout.room_cost(len8 as u32)
-    }
 }

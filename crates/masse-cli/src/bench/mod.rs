@@ -2,32 +2,28 @@
 //! plus the latency QoS a data-center buyer reads (percentiles to p99.999, IOPS
 //! consistency, ACT shares), the engine's own figures, a JSON report and SVG plots.
 
+mod benchmarks;
 pub mod compare;
 mod compare_report;
 mod plot;
 mod report;
-mod workload;
 
 use crate::error::{io_err, CliError, CliResult};
 use crate::machine::{command_line, Machine};
 use crate::place::{plan, shm_free, Place, PlanArgs};
 use crate::pool::{open_pool, GeometryArgs, ModeArg, PoolArgs, PoolLayout};
+use crate::workload::{count_arg, out, write_json};
+use benchmarks::{Bench, Spec};
 use clap::Args;
-use masse::format::{record_len, SUMMARY_ENTRY};
+use masse::format::record_footprint;
 use masse::{Db, Options, Stats, MAX_KEY_LEN, MAX_VALUE_LEN};
 use masse_cli::dbbench::Seeds;
 use masse_cli::rng::SplitMix64;
 use masse_cli::units::{fmt_bytes, parse_count};
 use report::{cpu_secs, proc_status_bytes, BenchReport, EngineDelta};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-use workload::{Bench, Spec};
-
-fn count_arg(s: &str) -> Result<u64, String> {
-    parse_count(s)
-}
 
 /// gflags-style booleans: `--flag`, `--flag=1`, `--flag=true`, `--flag=0`, `--flag=false`.
 fn bool_arg(s: &str) -> Result<bool, String> {
@@ -255,15 +251,6 @@ struct Report {
     plots: Vec<PathBuf>,
 }
 
-fn out(s: impl AsRef<str>) {
-    let mut o = std::io::stdout().lock();
-    let _ = write!(o, "{}", s.as_ref());
-    if !s.as_ref().ends_with('\n') {
-        let _ = writeln!(o);
-    }
-    let _ = o.flush();
-}
-
 fn stable_hash(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
@@ -386,7 +373,7 @@ fn validate(a: &BenchArgs) -> CliResult<Vec<Bench>> {
         match Bench::parse(name) {
             Some(b) => list.push(b),
             None => {
-                let known: Vec<&str> = workload::ALL.iter().map(|b| b.name()).collect();
+                let known: Vec<&str> = benchmarks::ALL.iter().map(|b| b.name()).collect();
                 return Err(CliError::new(format!(
                     "unknown benchmark {name:?} (masse bench runs: {})",
                     known.join(", ")
@@ -440,7 +427,7 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
     } else {
         a.seed
     };
-    let rec = (record_len(a.key_size, a.value_size) as u64).div_ceil(8) * 8 + SUMMARY_ENTRY as u64;
+    let rec = record_footprint(a.key_size, a.value_size);
     let data = a.num * rec;
     let mut wh = place_pool(a, data)?;
     if a.keep {
@@ -546,7 +533,7 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
         let thread_seeds = seeds.next_threads(n);
         let before = dbr.stats();
         let cpu0 = cpu_secs();
-        let o = workload::run(dbr, &spec, &thread_seeds, &values)?;
+        let o = benchmarks::run(dbr, &spec, &thread_seeds, &values)?;
         let cpu = cpu_secs() - cpu0;
         let after = dbr.stats();
         let engine = EngineDelta::between(&before, &after, o.user_bytes_written);
@@ -620,23 +607,14 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
         jsons.push(d.join("report.json"));
     }
     for j in &jsons {
-        let s = serde_json::to_string_pretty(&report)
-            .map_err(|e| CliError::new(format!("cannot encode the JSON report: {e}")))?;
-        std::fs::write(j, s + "\n").map_err(|e| io_err("cannot write the JSON report to", j, e))?;
+        write_json(j, &report)?;
         out(format!("report written to {}", j.display()));
     }
     for p in &plots {
         out(format!("plot written to {}", p.display()));
     }
     if wh.place.keep && !wh.place.explicit {
-        let files: Vec<String> = wh
-            .place
-            .fast
-            .iter()
-            .chain(wh.place.caps.iter())
-            .map(|p| p.display().to_string())
-            .collect();
-        out(format!("pool kept: {}", files.join(" ")));
+        out(format!("pool kept: {}", wh.place.files()));
     }
     Ok(0)
 }

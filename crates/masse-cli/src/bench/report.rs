@@ -2,7 +2,7 @@
 //! percentiles, the ops/s time series, IOPS consistency, ACT shares, the engine's own
 //! figures and CPU time; as text and as JSON.
 
-use super::workload::{Outcome, KINDS};
+use super::benchmarks::{Outcome, KINDS};
 use hdrhistogram::Histogram;
 use masse::Stats;
 use masse_cli::dbbench::Summary;

@@ -19,7 +19,8 @@ use std::sync::atomic::Ordering;
 use io_uring::{opcode, types, IoUring};
 use parking_lot::Mutex;
 
-use super::claim::{claim_file, fs_magic, major_minor, RAMFS_MAGIC, TMPFS_MAGIC};
+use super::claim::{claim_file, fs_magic, RAMFS_MAGIC, TMPFS_MAGIC};
+use super::media::facts_of_dev;
 use super::{
     check_aligned, check_range, round_down64, AlignedBuf, Backend, ClaimError, Device, DeviceClaim,
     DeviceId, DeviceInfo, IoCounters, Media, IO_ALIGN,
@@ -400,44 +401,6 @@ fn grow_file(file: &File, size: u64, path: &Path) -> io::Result<()> {
     }
 }
 
-/// Facts read from `/sys/dev/block/MAJ:MIN/queue`.
-#[derive(Debug, Default)]
-struct Sysfs {
-    rotational: Option<bool>,
-    logical: Option<u32>,
-    physical: Option<u32>,
-    optimal: Option<u32>,
-    discard_granularity: Option<u32>,
-}
-
-fn sysfs_facts(dev: u64) -> Option<Sysfs> {
-    let (major, minor) = major_minor(dev);
-    let base = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
-    let queue = [base.join("queue"), base.join("../queue")]
-        .into_iter()
-        .find(|q| q.is_dir())?;
-    let num = |name: &str| -> Option<u64> {
-        std::fs::read_to_string(queue.join(name))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    };
-    let small = |name: &str| num(name).and_then(|v| u32::try_from(v).ok());
-    let mut discard_granularity = small("discard_granularity");
-    // A device that cannot discard may still report a granularity.
-    if num("discard_max_bytes") == Some(0) {
-        discard_granularity = Some(0);
-    }
-    Some(Sysfs {
-        rotational: num("rotational").map(|v| v != 0),
-        logical: small("logical_block_size"),
-        physical: small("physical_block_size"),
-        optimal: small("optimal_io_size"),
-        discard_granularity,
-    })
-}
-
 fn ioctl_u64(fd: i32, req: u64, path: &Path, name: &str) -> io::Result<u64> {
     let mut v: u64 = 0;
     // SAFETY: the request writes one u64 into `v`.
@@ -488,6 +451,132 @@ fn direct_read_check(fd: i32) -> Result<(), i32> {
     }
 }
 
+/// Check what is at `path` and, with a create size, create or grow the file.
+fn prepare_path(path: &Path, opts: &OpenOptions) -> io::Result<()> {
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(ctx(e, "stat", path)),
+    };
+    match (&meta, opts.create_size) {
+        (None, None) => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "device {} does not exist (give a size to create it as a file)",
+                path.display()
+            ),
+        )),
+        (Some(m), _) if !m.file_type().is_file() && !m.file_type().is_block_device() => {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is neither a regular file nor a block device",
+                    path.display()
+                ),
+            ))
+        }
+        (None, Some(size)) => {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+                .map_err(|e| ctx(e, "creating device file", path))?;
+            grow_file(&f, size, path)
+        }
+        (Some(m), Some(size)) if m.file_type().is_file() && m.len() < size => {
+            let f = open_rw(path, false).map_err(|e| ctx(e, "opening", path))?;
+            grow_file(&f, size, path)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Open read-write, with `O_DIRECT` unless asked not to or the filesystem
+/// refuses it at open. Returns the file and whether it is direct.
+fn open_file(path: &Path, opts: &OpenOptions) -> io::Result<(File, bool)> {
+    if opts.force_buffered {
+        let f = open_rw(path, false).map_err(|e| ctx(e, "opening", path))?;
+        return Ok((f, false));
+    }
+    match open_rw(path, true) {
+        Ok(f) => Ok((f, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            let f = open_rw(path, false).map_err(|e| ctx(e, "opening", path))?;
+            Ok((f, false))
+        }
+        Err(e) => Err(ctx(e, "opening (O_DIRECT)", path)),
+    }
+}
+
+/// Some filesystems accept `O_DIRECT` at open and refuse it at the first read:
+/// read block 0 once, and reopen buffered when that fails with `EINVAL`.
+fn confirm_direct(file: File, capacity: u64, path: &Path) -> io::Result<(File, bool)> {
+    if capacity < IO_ALIGN as u64 {
+        return Ok((file, true));
+    }
+    match direct_read_check(file.as_raw_fd()) {
+        Ok(()) => Ok((file, true)),
+        Err(libc::EINVAL) => {
+            let f = open_rw(path, false).map_err(|e| ctx(e, "reopening buffered", path))?;
+            Ok((f, false))
+        }
+        Err(errno) => Err(ctx(
+            io::Error::from_raw_os_error(errno),
+            "reading block 0 (O_DIRECT check)",
+            path,
+        )),
+    }
+}
+
+/// Block sizes, discard granularity and rotation of an open file or device.
+struct BlockFacts {
+    rotational: bool,
+    logical: u32,
+    physical: u32,
+    optimal: u32,
+    discard_granularity: u32,
+}
+
+/// The block facts: sysfs's for the device (or the device the file lives
+/// on), the kernel's logical sector size for a block device, and for a file
+/// 4 KiB blocks and hole punching as discard.
+fn block_facts(fd: i32, meta: &std::fs::Metadata, block_device: bool) -> BlockFacts {
+    let sys = if block_device {
+        facts_of_dev(meta.rdev())
+    } else {
+        facts_of_dev(meta.dev())
+    };
+    let rotational = sys.rotational.unwrap_or(false);
+    let optimal = sys.optimal_io_size.unwrap_or(0);
+    if block_device {
+        let logical = ioctl_int(fd, BLKSSZGET)
+            .or(sys.logical_block_size)
+            .unwrap_or(512);
+        return BlockFacts {
+            rotational,
+            logical,
+            physical: sys.physical_block_size.unwrap_or(logical),
+            optimal,
+            discard_granularity: sys.discard_unit().unwrap_or(0),
+        };
+    }
+    // Discarding a file range is a hole punch, whatever the disk below does.
+    let gran = if punch_hole_works(fd, meta.len()) {
+        IO_ALIGN as u32
+    } else {
+        0
+    };
+    BlockFacts {
+        rotational,
+        logical: IO_ALIGN as u32,
+        physical: sys.physical_block_size.unwrap_or(IO_ALIGN as u32),
+        optimal,
+        discard_granularity: gran,
+    }
+}
+
 impl FileDevice {
     /// Open (and with [`OpenOptions::create_size`], create or grow) a regular file
     /// or a raw block device for aligned direct I/O.
@@ -496,131 +585,32 @@ impl FileDevice {
     /// given; `InvalidInput` when it is neither a regular file nor a block device;
     /// any error of the system calls involved, with the path in the message.
     pub fn open(path: &Path, opts: &OpenOptions) -> io::Result<FileDevice> {
-        let meta = match std::fs::metadata(path) {
-            Ok(m) => Some(m),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(ctx(e, "stat", path)),
-        };
-        match (&meta, opts.create_size) {
-            (None, None) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!(
-                        "device {} does not exist (give a size to create it as a file)",
-                        path.display()
-                    ),
-                ))
-            }
-            (Some(m), _) if !m.file_type().is_file() && !m.file_type().is_block_device() => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "{} is neither a regular file nor a block device",
-                        path.display()
-                    ),
-                ))
-            }
-            (None, Some(size)) => {
-                let f = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .open(path)
-                    .map_err(|e| ctx(e, "creating device file", path))?;
-                grow_file(&f, size, path)?;
-            }
-            (Some(m), Some(size)) if m.file_type().is_file() && m.len() < size => {
-                let f = open_rw(path, false).map_err(|e| ctx(e, "opening", path))?;
-                grow_file(&f, size, path)?;
-            }
-            _ => {}
-        }
-
-        let mut direct = !opts.force_buffered;
-        let mut file = if direct {
-            match open_rw(path, true) {
-                Ok(f) => f,
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    direct = false;
-                    open_rw(path, false).map_err(|e| ctx(e, "opening", path))?
-                }
-                Err(e) => return Err(ctx(e, "opening (O_DIRECT)", path)),
-            }
-        } else {
-            open_rw(path, false).map_err(|e| ctx(e, "opening", path))?
-        };
-
+        prepare_path(path, opts)?;
+        let (mut file, mut direct) = open_file(path, opts)?;
         let meta = file.metadata().map_err(|e| ctx(e, "stat", path))?;
         let block_device = meta.file_type().is_block_device();
-        let fd = file.as_raw_fd();
         let raw_capacity = if block_device {
-            ioctl_u64(fd, BLKGETSIZE64, path, "BLKGETSIZE64")?
+            ioctl_u64(file.as_raw_fd(), BLKGETSIZE64, path, "BLKGETSIZE64")?
         } else {
             meta.len()
         };
         let capacity = round_down64(raw_capacity, IO_ALIGN as u64);
-
-        if direct && capacity >= IO_ALIGN as u64 {
-            match direct_read_check(fd) {
-                Ok(()) => {}
-                Err(libc::EINVAL) => {
-                    direct = false;
-                    file = open_rw(path, false).map_err(|e| ctx(e, "reopening buffered", path))?;
-                }
-                Err(errno) => {
-                    return Err(ctx(
-                        io::Error::from_raw_os_error(errno),
-                        "reading block 0 (O_DIRECT check)",
-                        path,
-                    ))
-                }
-            }
+        if direct {
+            (file, direct) = confirm_direct(file, capacity, path)?;
         }
         let fd = file.as_raw_fd();
-
-        let sys = if block_device {
-            sysfs_facts(meta.rdev())
-        } else {
-            sysfs_facts(meta.dev())
-        };
-        let sys = sys.unwrap_or_default();
-        let rotational = sys.rotational.unwrap_or(false);
-        let (logical, physical, optimal, discard_granularity) = if block_device {
-            let logical = ioctl_int(fd, BLKSSZGET).or(sys.logical).unwrap_or(512);
-            (
-                logical,
-                sys.physical.unwrap_or(logical),
-                sys.optimal.unwrap_or(0),
-                sys.discard_granularity.unwrap_or(0),
-            )
-        } else {
-            // Discarding a file range is a hole punch, whatever the disk below does.
-            let gran = if punch_hole_works(fd, meta.len()) {
-                IO_ALIGN as u32
-            } else {
-                0
-            };
-            (
-                IO_ALIGN as u32,
-                sys.physical.unwrap_or(IO_ALIGN as u32),
-                sys.optimal.unwrap_or(0),
-                gran,
-            )
-        };
-
+        let facts = block_facts(fd, &meta, block_device);
         // devtmpfs (where block device nodes live) reports the tmpfs magic, so
         // only regular files are classified by filesystem type.
         let in_memory_fs = !block_device
             && matches!(fs_magic(fd), Some(m) if m == TMPFS_MAGIC || m == RAMFS_MAGIC);
         let media = if in_memory_fs {
             Media::Scm
-        } else if rotational {
+        } else if facts.rotational {
             Media::Hdd
         } else {
             Media::Unknown
         };
-
         let rings = if opts.force_pread {
             None
         } else {
@@ -633,7 +623,6 @@ impl FileDevice {
         } else {
             Backend::Pread
         };
-
         Ok(FileDevice {
             info: DeviceInfo {
                 path: path.display().to_string(),
@@ -647,15 +636,15 @@ impl FileDevice {
                 },
                 volatile: in_memory_fs,
                 capacity,
-                logical_block_size: logical,
-                physical_block_size: physical,
-                optimal_io_size: optimal,
-                discard_granularity,
+                logical_block_size: facts.logical,
+                physical_block_size: facts.physical,
+                optimal_io_size: facts.optimal,
+                discard_granularity: facts.discard_granularity,
                 media,
                 backend,
                 direct_io: direct,
                 block_device,
-                rotational,
+                rotational: facts.rotational,
                 // Linux does not expose either; `masse probe` fills them in
                 // from its table of known drive models.
                 indirection_unit: 0,
@@ -958,18 +947,5 @@ mod tests {
         let mut ops = [RawOp::new(bufs[0].as_mut_ptr(), 4096, 4096)];
         ring_run(&mut ring, file.as_raw_fd(), &mut ops, false, &path);
         assert!(ops[0].err.is_none());
-    }
-
-    #[test]
-    fn sysfs_of_the_temp_filesystem() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let meta = std::fs::metadata(dir.path()).expect("stat");
-        // Informational: anonymous devices (btrfs, overlay, tmpfs) have no sysfs entry.
-        eprintln!(
-            "sysfs facts for st_dev {:?}: {:?}",
-            major_minor(meta.dev()),
-            sysfs_facts(meta.dev())
-        );
-        assert!(sysfs_facts(libc::makedev(0, 1)).is_none());
     }
 }

@@ -11,10 +11,14 @@
 //! address are multiples of [`IO_ALIGN`] (4 KiB). The engine never relies on a
 //! page cache: reads and writes are direct where the backend allows it, and
 //! `DeviceInfo::direct_io` says when it could not.
+//!
+//! What kind of medium is behind a path (sysfs facts, known drive models, the
+//! classification rules and the settings that follow) is [`media`]'s.
 
 mod aligned;
 mod claim;
 mod file;
+pub mod media;
 mod mem;
 pub mod sim;
 
@@ -22,6 +26,10 @@ pub use aligned::{round_down64, round_up, round_up64, AlignedBuf, IO_ALIGN};
 pub(crate) use claim::InUse;
 pub use claim::{missing_device_note, on_volatile_fs, ClaimError, DeviceClaim, DeviceId};
 pub use file::{FileDevice, OpenOptions};
+pub use media::{
+    advise, classify, facts_for_path, known_model, sysfs_facts, Advice, Class, Measured,
+    SysfsFacts, Verdict,
+};
 pub use mem::MemDevice;
 pub use sim::{SimConfig, SimDevice};
 

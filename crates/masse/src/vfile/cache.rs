@@ -3,34 +3,30 @@
 //! bounded whatever the kernel remembers, whenever the cache passes
 //! `VfsOptions::max_cached_inodes` (least recently used first, by CLOCK).
 
-use super::record::{chunk_key, inode_key, STORED_UNKNOWN};
-use super::*;
+use super::data::chunks_of;
+use super::dir::DirPages;
+use super::error::{VfsError, VfsResult};
+use super::node::Node;
+use super::record::{chunk_key, inode_key, Inode, Kind, STORED_UNKNOWN};
+use super::{Shared, Vfs, ROOT_INO};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
-impl Node {
-    fn new(ino: u64, inode: Inode, dir: Option<DirPages>) -> Arc<Node> {
-        Arc::new(Node {
-            ino,
-            st: RwLock::new(NodeState {
-                disk: inode.clone(),
-                inode,
-                dirty: BTreeMap::new(),
-                new_dirty: 0,
-                wb_err: None,
-                attr_dirty: false,
-                dirty_since: None,
-                open: 0,
-                gone: false,
-                dir,
-            }),
-            used: AtomicBool::new(true),
-        })
+impl Vfs {
+    /// Drop `ino` from the DRAM cache if it is clean and not open (FUSE `forget`).
+    pub fn forget(&self, ino: u64) {
+        let mut t = self.sh.nodes.lock();
+        if t.get(&ino).is_some_and(|n| evictable(ino, n)) {
+            t.remove(&ino);
+        }
     }
 }
 
 /// Whether the cache may drop `n`: nobody holds it (so nobody holds its lock
 /// either, and a reload cannot diverge from a copy in use), and DRAM holds nothing
 /// the pool does not (no buffered data, no open handle, no unreported error).
-pub(super) fn evictable(ino: u64, n: &Arc<Node>) -> bool {
+fn evictable(ino: u64, n: &Arc<Node>) -> bool {
     if ino == ROOT_INO || Arc::strong_count(n) > 1 {
         return false;
     }

@@ -1,8 +1,19 @@
-//! The file-data path: buffered writes, write-outs, truncation and the
-//! write-back thread (docs/vfile.md §3); reads are in `read.rs`.
+//! The file-data path: writes into the write-back buffer, truncation, and
+//! the deletion of chunk records (docs/vfile.md §3). Reads are in `read.rs`,
+//! write-outs of the buffer in `writeout.rs`, `fallocate` in `fallocate.rs`.
 
-use super::record::{chunk_key, inode_key};
-use super::*;
+use super::batch::Batch;
+use super::error::{VfsError, VfsResult};
+use super::node::{DirtyChunk, NodeState};
+use super::record::{chunk_key, Kind, Time};
+use super::{Shared, Vfs, MAX_FILE_SIZE};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+/// Chunks of size `cs` a file of `size` bytes spans.
+pub(super) fn chunks_of(size: u64, cs: u64) -> u64 {
+    size.div_ceil(cs)
+}
 
 /// The part of one chunk a byte range `[off, end)` covers.
 struct Span {
@@ -32,6 +43,28 @@ fn spans(off: u64, end: u64, cs: u64) -> impl Iterator<Item = Span> {
     })
 }
 
+impl Vfs {
+    /// Write `data` at `off`, extending the file as needed; returns bytes written.
+    /// Buffered: durable at fsync (see the module documentation).
+    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> VfsResult<usize> {
+        let n = self.sh.node(ino)?;
+        let mut st = n.st.write();
+        st.live()?;
+        self.sh.write_locked(&mut st, ino, off, data)?;
+        Ok(data.len())
+    }
+
+    /// Append `data` at the end of file; returns the offset it was written at.
+    pub fn append(&self, ino: u64, data: &[u8]) -> VfsResult<u64> {
+        let n = self.sh.node(ino)?;
+        let mut st = n.st.write();
+        st.live()?;
+        let off = st.inode.size;
+        self.sh.write_locked(&mut st, ino, off, data)?;
+        Ok(off)
+    }
+}
+
 impl Shared {
     /// Delete chunk records `from..to` of `ino`, skipping ones the index has never
     /// seen, in batches. Returns how many there were.
@@ -57,55 +90,9 @@ impl Shared {
         Ok(n)
     }
 
-    pub(super) fn read_chunk(
-        &self,
-        st: &NodeState,
-        ino: u64,
-        idx: u64,
-    ) -> VfsResult<Option<Vec<u8>>> {
-        // Only bytes below the durable size are valid on disk (see `write_locked`).
-        let disk_size = st.disk.size;
-        let start = idx * self.cs;
-        if start >= disk_size {
-            return Ok(None);
-        }
-        self.c.chunk_reads.fetch_add(1, Relaxed);
-        let k = chunk_key(ino, idx);
-        match self.db.get(&k)? {
-            Some(v) => self
-                .durable_part(st, ino, idx, self.codec.decode(&k, v)?)
-                .map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// A stored chunk checked against the chunk size and clamped to the durable
-    /// size (see `write_locked`).
-    pub(super) fn durable_part(
-        &self,
-        st: &NodeState,
-        ino: u64,
-        idx: u64,
-        mut v: Vec<u8>,
-    ) -> VfsResult<Vec<u8>> {
-        if v.len() as u64 > self.cs {
-            return Err(VfsError::Corrupt(format!(
-                "chunk {idx} of inode {ino} holds {} bytes, more than the chunk size",
-                v.len()
-            )));
-        }
-        let valid = (st.disk.size - idx * self.cs).min(self.cs) as usize;
-        v.truncate(valid);
-        Ok(v)
-    }
-
-    pub(super) fn write_locked(
-        &self,
-        st: &mut NodeState,
-        ino: u64,
-        off: u64,
-        data: &[u8],
-    ) -> VfsResult<()> {
+    /// Buffer `data` at `off` of a file whose lock the caller holds: admit the
+    /// new space it takes, then copy it into buffered chunks.
+    fn write_locked(&self, st: &mut NodeState, ino: u64, off: u64, data: &[u8]) -> VfsResult<()> {
         match st.inode.kind {
             Kind::File => {}
             Kind::Dir => return Err(VfsError::IsDir),
@@ -210,62 +197,6 @@ impl Shared {
         Ok(())
     }
 
-    pub(super) fn setattr(&self, ino: u64, a: &SetAttr) -> VfsResult<Attr> {
-        let n = self.node(ino)?;
-        let mut st = n.st.write();
-        st.live()?;
-        if let Some(size) = a.size {
-            match st.inode.kind {
-                Kind::File => {}
-                Kind::Dir => return Err(VfsError::IsDir),
-                Kind::Symlink => return Err(VfsError::Invalid("truncate of a symbolic link")),
-            }
-            if size > MAX_FILE_SIZE {
-                return Err(VfsError::FileTooLarge);
-            }
-            self.truncate_locked(ino, &mut st, size)?;
-        }
-        let now = Time::now();
-        let meta = a.perm.is_some()
-            || a.uid.is_some()
-            || a.gid.is_some()
-            || a.atime.is_some()
-            || a.mtime.is_some();
-        if meta {
-            {
-                let i = &mut st.inode;
-                if let Some(p) = a.perm {
-                    i.perm = p & 0o7777;
-                }
-                if let Some(u) = a.uid {
-                    i.uid = u;
-                }
-                if let Some(g) = a.gid {
-                    i.gid = g;
-                }
-                if let Some(t) = a.atime {
-                    i.atime = t;
-                }
-                if let Some(t) = a.mtime {
-                    i.mtime = t;
-                }
-                i.ctime = now;
-            }
-            // Attribute changes are durable on return: write the durable inode with
-            // them (buffered data and its size stay buffered).
-            let mut d = st.disk.clone();
-            d.perm = st.inode.perm;
-            d.uid = st.inode.uid;
-            d.gid = st.inode.gid;
-            d.atime = st.inode.atime;
-            d.mtime = st.inode.mtime;
-            d.ctime = st.inode.ctime;
-            self.db.put(&inode_key(ino), &d.encode())?;
-            st.disk = d;
-        }
-        Ok(st.attr(ino, self.cs))
-    }
-
     pub(super) fn truncate_locked(&self, ino: u64, st: &mut NodeState, size: u64) -> VfsResult<()> {
         let now = Time::now();
         let cs = self.cs;
@@ -311,49 +242,5 @@ impl Shared {
             self.trim_tail(ino, st)?;
         }
         Ok(())
-    }
-
-    /// Write out files whose buffered data is older than `age` (all with `None`).
-    pub(super) fn flush_older(&self, age: Option<Duration>) -> VfsResult<()> {
-        let nodes: Vec<Arc<Node>> = self.nodes.lock().values().cloned().collect();
-        let mut first_err = None;
-        for n in nodes {
-            let due = {
-                let st = n.st.read();
-                match (st.dirty_since, age) {
-                    (None, _) => st.attr_dirty && age.is_none(),
-                    (Some(_), None) => true,
-                    (Some(t), Some(a)) => t.elapsed() >= a,
-                }
-            };
-            if due {
-                let mut st = n.st.write();
-                if let Err(e) = self.flush_locked(n.ino, &mut st) {
-                    first_err.get_or_insert(e);
-                }
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    pub(super) fn writeback_loop(&self, interval: Duration) {
-        let tick = (interval / 5).max(Duration::from_millis(100));
-        loop {
-            {
-                let mut s = self.stop.0.lock();
-                if *s {
-                    return;
-                }
-                self.stop.1.wait_for(&mut s, tick);
-                if *s {
-                    return;
-                }
-            }
-            // A failure here stays buffered and is reported by the next fsync.
-            let _ = self.flush_older(Some(interval));
-        }
     }
 }

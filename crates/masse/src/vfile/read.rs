@@ -6,9 +6,13 @@
 //! pieces holding the wanted bytes are read ([`crate::Db::get_parts`]), without
 //! them (format 1) whole chunks ([`crate::Db::get_many`]).
 
-use super::record::chunk_key;
-use super::*;
+use super::error::{VfsError, VfsResult};
+use super::node::NodeState;
+use super::record::{chunk_key, Kind};
+use super::{Shared, Vfs};
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::sync::atomic::Ordering::Relaxed;
 
 /// Chunk bytes fetched from the engine: `data` holds chunk offsets `at..`.
 struct Part {
@@ -17,6 +21,13 @@ struct Part {
 }
 
 impl Vfs {
+    /// Read up to `len` bytes at `off` (short at end of file; holes read as zeros).
+    /// Only the bytes asked for are read from the engine where the chunk format
+    /// allows it (see the module documentation).
+    pub fn read(&self, ino: u64, off: u64, len: usize) -> VfsResult<Vec<u8>> {
+        self.sh.read_vec(ino, off, len)
+    }
+
     /// Read into `buf` at `off`; returns the bytes read (short only at the end of
     /// the file; holes read as zeros).
     pub fn read_into(&self, ino: u64, off: u64, buf: &mut [u8]) -> VfsResult<usize> {
@@ -36,6 +47,49 @@ impl Vfs {
 }
 
 impl Shared {
+    /// Chunk `idx` of `ino` as durable (None: a hole, or past the durable size).
+    pub(super) fn read_chunk(
+        &self,
+        st: &NodeState,
+        ino: u64,
+        idx: u64,
+    ) -> VfsResult<Option<Vec<u8>>> {
+        // Only bytes below the durable size are valid on disk (see `write_locked`).
+        let disk_size = st.disk.size;
+        let start = idx * self.cs;
+        if start >= disk_size {
+            return Ok(None);
+        }
+        self.c.chunk_reads.fetch_add(1, Relaxed);
+        let k = chunk_key(ino, idx);
+        match self.db.get(&k)? {
+            Some(v) => self
+                .durable_part(st, ino, idx, self.codec.decode(&k, v)?)
+                .map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A stored chunk checked against the chunk size and clamped to the durable
+    /// size (see `write_locked`).
+    pub(super) fn durable_part(
+        &self,
+        st: &NodeState,
+        ino: u64,
+        idx: u64,
+        mut v: Vec<u8>,
+    ) -> VfsResult<Vec<u8>> {
+        if v.len() as u64 > self.cs {
+            return Err(VfsError::Corrupt(format!(
+                "chunk {idx} of inode {ino} holds {} bytes, more than the chunk size",
+                v.len()
+            )));
+        }
+        let valid = (st.disk.size - idx * self.cs).min(self.cs) as usize;
+        v.truncate(valid);
+        Ok(v)
+    }
+
     /// [`Vfs::read`]: a buffer of the bytes there are.
     pub(super) fn read_vec(&self, ino: u64, off: u64, len: usize) -> VfsResult<Vec<u8>> {
         let n = self.node(ino)?;

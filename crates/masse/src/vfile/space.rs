@@ -10,10 +10,46 @@
 //! chunks are not counted: they replace records, and the space they leave dead
 //! is GC's to win back.
 
-use super::*;
+use super::error::{VfsError, VfsResult};
+use super::{Shared, Vfs};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
 
 /// How long a reading of the engine's free space is trusted.
 const SPACE_TTL: Duration = Duration::from_millis(100);
+
+/// Space and inode figures for `statfs`.
+#[derive(Clone, Debug)]
+pub struct StatFs {
+    /// Bytes of records the capacity tier holds (every band's payload).
+    pub total_bytes: u64,
+    /// Bytes not holding live records (the reserve bands included).
+    pub free_bytes: u64,
+    /// Bytes file data can still take: the engine's user-available space (reserve
+    /// bands left out) less buffered data not yet written. Writes of new data are
+    /// refused with ENOSPC beyond it.
+    pub avail_bytes: u64,
+    /// Chunk size.
+    pub block_size: u32,
+    /// Inode numbers handed out so far.
+    pub inodes_used: u64,
+}
+
+impl Vfs {
+    /// Space figures.
+    pub fn statfs(&self) -> StatFs {
+        self.sh.space_stale();
+        let s = self.sh.db.space();
+        let total = s.band_payload * s.bands_total as u64;
+        StatFs {
+            total_bytes: total,
+            free_bytes: total.saturating_sub(s.live_bytes),
+            avail_bytes: self.sh.avail_data_bytes(),
+            block_size: self.sh.cs as u32,
+            inodes_used: self.sh.ino.lock().0,
+        }
+    }
+}
 
 impl Shared {
     /// The engine's user-available bytes, read again when stale or `fresh`.

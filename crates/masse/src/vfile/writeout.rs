@@ -7,9 +7,50 @@
 //! and is otherwise kept on the inode for the next of those calls. So data is
 //! never left buffered with its loss to be discovered at unmount, and a full pool
 //! cannot pin memory.
+//!
+//! Buffered data is written out at fsync, at close (`flush`) and the last
+//! release, when a file or all files pass their limits (`data.rs`), and by the
+//! write-back thread once it is older than the write-back interval.
 
+use super::batch::{rec_cost, Batch};
+use super::data::chunks_of;
+use super::error::{VfsError, VfsResult};
+use super::node::{Node, NodeState};
 use super::record::{chunk_key, inode_key, STORED_UNKNOWN};
-use super::*;
+use super::{Shared, Vfs};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+impl Vfs {
+    /// Make the file's data and attributes durable (fsync and fdatasync alike).
+    pub fn fsync(&self, ino: u64) -> VfsResult<()> {
+        let n = self.sh.node(ino)?;
+        let mut st = n.st.write();
+        st.live()?;
+        self.sh.flush_for_caller(ino, &mut st)
+    }
+
+    /// Write the file's buffered data out now and report what went wrong with it,
+    /// including a failed background write-out since the last report (FUSE
+    /// `flush`, sent at every close: so a full pool reaches the writer at close at
+    /// the latest, not at the last release, whose errors the kernel drops).
+    pub fn flush(&self, ino: u64) -> VfsResult<()> {
+        let n = self.sh.node(ino)?;
+        let mut st = n.st.write();
+        if st.gone {
+            // Unlinked and purged while open: nothing is left to write.
+            return Ok(());
+        }
+        self.sh.flush_for_caller(ino, &mut st)
+    }
+
+    /// Make every file's buffered data durable.
+    pub fn sync_all(&self) -> VfsResult<()> {
+        self.sh.flush_older(None)
+    }
+}
 
 impl Shared {
     /// Write a file's buffered chunks and attributes; on failure drop them (see the
@@ -163,84 +204,72 @@ impl Shared {
             .fetch_sub(bytes.min(self.dirty_total.load(Relaxed)), Relaxed);
     }
 
-    /// Allocate `[off, off + len)` (`posix_fallocate`, mode 0): fail at once with
-    /// NoSpace if the holes in it do not fit, else store them as chunks of zeros so
-    /// the space is taken by the file (counted as used, and not available to any
-    /// other file), growing the file to cover the range. Written in pieces of a
-    /// few MiB, each durable on return like a write-out.
-    pub(super) fn fallocate_locked(
-        &self,
-        ino: u64,
-        st: &mut NodeState,
-        off: u64,
-        len: u64,
-    ) -> VfsResult<()> {
-        match st.inode.kind {
-            Kind::File => {}
-            Kind::Dir => return Err(VfsError::IsDir),
-            Kind::Symlink => return Err(VfsError::Invalid("fallocate of a symbolic link")),
-        }
-        if len == 0 {
-            return Err(VfsError::Invalid("fallocate of zero bytes"));
-        }
-        let end = off
-            .checked_add(len)
-            .filter(|&e| e <= MAX_FILE_SIZE)
-            .ok_or(VfsError::FileTooLarge)?;
-        if let Some(e) = st.wb_err.take() {
-            return Err(e);
-        }
-        let cs = self.cs;
-        let (first, last) = (off / cs, (end - 1) / cs);
-        // At most the file's stored and buffered chunks can already be there: when
-        // even the rest does not fit, say so without probing each chunk.
-        let least = (last - first + 1)
-            .saturating_sub(st.inode.stored_chunks.saturating_add(st.dirty.len() as u64));
-        self.admit_check(least)?;
-        let holes = (first..=last)
-            .filter(|&i| !st.dirty.contains_key(&i) && !self.stored(ino, i))
-            .count() as u64;
-        self.admit_check(holes)?;
-        let piece = ((4 << 20) / cs).max(1);
-        let mut idx = first;
-        while idx <= last {
-            let stop = (idx + piece).min(last + 1);
-            self.reserve_piece(ino, st, idx, stop)?;
-            let now = Time::now();
-            st.inode.size = st.inode.size.max(end.min(stop * cs));
-            st.inode.alloc_chunks = st.inode.alloc_chunks.max(stop);
-            st.inode.mtime = now;
-            st.inode.ctime = now;
-            st.attr_dirty = true;
-            self.flush_for_caller(ino, st)?;
-            idx = stop;
-        }
-        Ok(())
-    }
-
-    /// Buffer chunks of zeros, kept even though they are zeros, for the holes of
-    /// chunks `from..to`; chunks already buffered are marked to be kept too.
-    fn reserve_piece(&self, ino: u64, st: &mut NodeState, from: u64, to: u64) -> VfsResult<()> {
-        let holes: Vec<u64> = (from..to)
-            .filter(|&i| !st.dirty.contains_key(&i) && !self.stored(ino, i))
-            .collect();
-        self.admit(holes.len() as u64)?;
-        for i in from..to {
-            if let Some(d) = st.dirty.get_mut(&i) {
-                d.keep = true;
+    /// Write out files whose buffered data is older than `age` (all with `None`).
+    pub(super) fn flush_older(&self, age: Option<Duration>) -> VfsResult<()> {
+        let nodes: Vec<Arc<Node>> = self.nodes.lock().values().cloned().collect();
+        let mut first_err = None;
+        for n in nodes {
+            let due = {
+                let st = n.st.read();
+                match (st.dirty_since, age) {
+                    (None, _) => st.attr_dirty && age.is_none(),
+                    (Some(_), None) => true,
+                    (Some(t), Some(a)) => t.elapsed() >= a,
+                }
+            };
+            if due {
+                let mut st = n.st.write();
+                if let Err(e) = self.flush_locked(n.ino, &mut st) {
+                    first_err.get_or_insert(e);
+                }
             }
         }
-        for &i in &holes {
-            let d = DirtyChunk {
-                data: vec![0u8; self.cs as usize],
-                new: true,
-                keep: true,
-            };
-            st.dirty.insert(i, d);
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        st.new_dirty += holes.len() as u64;
-        self.dirty_total
-            .fetch_add(holes.len() * self.cs as usize, Relaxed);
-        Ok(())
+    }
+
+    /// The write-back thread: every fifth of the interval, write out what is older.
+    fn writeback_loop(&self, interval: Duration) {
+        let tick = (interval / 5).max(Duration::from_millis(100));
+        loop {
+            {
+                let mut s = self.stop.0.lock();
+                if *s {
+                    return;
+                }
+                self.stop.1.wait_for(&mut s, tick);
+                if *s {
+                    return;
+                }
+            }
+            // A failure here stays buffered and is reported by the next fsync.
+            let _ = self.flush_older(Some(interval));
+        }
+    }
+
+    /// Start the write-back thread, unless the options ask for none.
+    pub(super) fn start_writeback(self: &Arc<Self>) -> VfsResult<Option<JoinHandle<()>>> {
+        let Some(iv) = self.opts.writeback_interval else {
+            return Ok(None);
+        };
+        let sh = self.clone();
+        let h = std::thread::Builder::new()
+            .name("masse-vfile-wb".into())
+            .spawn(move || sh.writeback_loop(iv))
+            .map_err(|e| {
+                VfsError::Engine(crate::Error::Closed(format!(
+                    "cannot start the write-back thread: {e}"
+                )))
+            })?;
+        Ok(Some(h))
+    }
+
+    /// Tell the write-back thread to stop.
+    pub(super) fn stop_writeback(&self) {
+        let mut s = self.stop.0.lock();
+        *s = true;
+        self.stop.1.notify_all();
     }
 }

@@ -378,6 +378,64 @@ fn new_hist() -> Histogram<u64> {
         .expect("constant histogram bounds are valid")
 }
 
+/// The erase block per die of a new drive of `capacity` bytes, checked to be
+/// small enough to model. Small drives get smaller erase blocks so every die
+/// has enough of them for GC to behave as on a full-size drive (≥ 32 blocks
+/// per die); a scaled-down erase block keeps the profile's erase time per
+/// byte, so erases take the same share of die time as on the full-size drive.
+fn erase_block(cfg: &SimConfig, profile: &mut Profile, capacity: u64) -> io::Result<u64> {
+    let iu = profile.iu as u64;
+    let dies = profile.dies() as u64;
+    let mut eb = cfg.erase_block.unwrap_or(profile.erase_block).max(iu);
+    eb = eb.div_ceil(iu) * iu;
+    if cfg.erase_block.is_none() && !profile.in_place {
+        let raw = capacity as f64 * (1.0 + profile.op);
+        while eb / 2 >= iu * 4 && raw / ((eb * dies) as f64) < 32.0 {
+            eb /= 2;
+        }
+    }
+    let logical_ius = capacity.div_ceil(iu);
+    let phys_est = (logical_ius as f64 * (1.0 + profile.op) * 1.1) as u64 + 64 * dies * (eb / iu);
+    if phys_est >= u32::MAX as u64 / 2 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("emulated drive of {capacity} bytes with a {iu}-byte IU is too large to model"),
+        ));
+    }
+    if !profile.in_place && profile.erase_block > 0 && eb < profile.erase_block {
+        profile.t_erase =
+            (profile.t_erase as u128 * eb as u128 / profile.erase_block as u128) as u64;
+    }
+    Ok(eb)
+}
+
+/// What a drive built from `cfg` and `profile` reports about itself: the
+/// profile's IU as block, optimal-I/O and discard unit, and its reclaim unit
+/// (an erase block on every die).
+fn sim_info(cfg: &SimConfig, profile: &Profile, capacity: u64, eb: u64) -> DeviceInfo {
+    DeviceInfo {
+        path: cfg.name.clone().unwrap_or_else(|| cfg.spec()),
+        identity: DeviceId::unique(),
+        volatile: false,
+        capacity,
+        logical_block_size: IO_ALIGN as u32,
+        physical_block_size: profile.iu.max(IO_ALIGN as u32),
+        optimal_io_size: if profile.in_place { 0 } else { profile.iu },
+        discard_granularity: profile.iu,
+        media: profile.media,
+        backend: Backend::Memory,
+        direct_io: true,
+        block_device: false,
+        rotational: false,
+        indirection_unit: profile.iu,
+        reclaim_unit: if profile.in_place {
+            0
+        } else {
+            eb * profile.dies() as u64
+        },
+    }
+}
+
 /// Waits shorter than this spin (yielding) instead of sleeping.
 const SPIN_NS: u64 = 120_000;
 
@@ -403,55 +461,9 @@ impl SimDevice {
                 "an emulated drive needs at least 1 MiB",
             ));
         }
-        let iu = profile.iu as u64;
-        let dies = profile.dies() as u64;
-        // Small drives get smaller erase blocks so every die has enough of them
-        // for GC to behave as on a full-size drive (≥ 32 blocks per die).
-        let mut eb = cfg.erase_block.unwrap_or(profile.erase_block).max(iu);
-        eb = eb.div_ceil(iu) * iu;
-        if cfg.erase_block.is_none() && !profile.in_place {
-            let raw = capacity as f64 * (1.0 + profile.op);
-            while eb / 2 >= iu * 4 && raw / ((eb * dies) as f64) < 32.0 {
-                eb /= 2;
-            }
-        }
-        let logical_ius = capacity.div_ceil(iu);
-        let phys_est =
-            (logical_ius as f64 * (1.0 + profile.op) * 1.1) as u64 + 64 * dies * (eb / iu);
-        if phys_est >= u32::MAX as u64 / 2 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "emulated drive of {capacity} bytes with a {iu}-byte IU is too large to model"
-                ),
-            ));
-        }
-        // A scaled-down erase block keeps the profile's erase time per byte,
-        // so erases take the same share of die time as on the full-size drive.
-        if !profile.in_place && profile.erase_block > 0 && eb < profile.erase_block {
-            profile.t_erase =
-                (profile.t_erase as u128 * eb as u128 / profile.erase_block as u128) as u64;
-        }
+        let eb = erase_block(&cfg, &mut profile, capacity)?;
         let ftl = Ftl::new(&profile, capacity, eb);
-        let reclaim_unit = if profile.in_place { 0 } else { eb * dies };
-        let path = cfg.name.clone().unwrap_or_else(|| cfg.spec());
-        let info = DeviceInfo {
-            path,
-            identity: DeviceId::unique(),
-            volatile: false,
-            capacity,
-            logical_block_size: IO_ALIGN as u32,
-            physical_block_size: profile.iu.max(IO_ALIGN as u32),
-            optimal_io_size: if profile.in_place { 0 } else { profile.iu },
-            discard_granularity: profile.iu,
-            media: profile.media,
-            backend: Backend::Memory,
-            direct_io: true,
-            block_device: false,
-            rotational: false,
-            indirection_unit: profile.iu,
-            reclaim_unit,
-        };
+        let info = sim_info(&cfg, &profile, capacity, eb);
         let state = State {
             ftl,
             rng: Rng::new(cfg.faults.seed),

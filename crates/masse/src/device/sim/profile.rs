@@ -107,101 +107,117 @@ impl Profile {
     /// The built-in parameters of a profile.
     pub fn of(kind: ProfileKind) -> Profile {
         match kind {
-            // Seed: P4800X typical latency 10/10 µs, 550 K/500 K 4 KB IOPS,
-            // 2.4/2.0 GB/s (Table 1); 2200 MB/s random = sequential (§2.1).
-            // Model: 4 media units, each busy 7 µs per 4 KiB + 3 µs controller
-            // time: QD1 = 10 µs, 4/7 µs = 571 K IOPS ≈ 2.3 GB/s either way.
-            ProfileKind::Optane => Profile {
-                kind,
-                model: "Intel Optane DC P4800X (3D XPoint)",
-                media: Media::Scm,
-                in_place: true,
-                iu: 4096,
-                erase_block: 0,
-                op: 0.0,
-                channels: 1,
-                dies_per_channel: 4,
-                program_unit: 4096,
-                t_read: 7 * US,
-                t_prog: 7 * US,
-                t_erase: 0,
-                t_overhead: 3 * US,
-                t_write_ack: 0,
-                write_buffer: 0,
-                channel_bw: 64 << 30,
-                link_bw: 2_400_000_000,
-            },
-            // Seed: SZ985 typical 12–20 µs read / 16 µs write, 750 K / 170 K
-            // 4 KB IOPS, 3.2 / 3.0 GB/s (Table 1). Model: 16 dies of SLC-like
-            // Z-NAND (3 µs sense), 16 KiB program unit in 87 µs → 3.0 GB/s.
-            ProfileKind::Znand => Profile {
-                kind,
-                model: "Samsung Z-SSD SZ985 (Z-NAND)",
-                media: Media::Scm,
-                in_place: false,
-                iu: 4096,
-                erase_block: 2 * MIB,
-                op: 0.145,
-                channels: 8,
-                dies_per_channel: 2,
-                program_unit: 16 * KIB as u32,
-                t_read: 3 * US,
-                t_prog: 87 * US,
-                t_erase: 1500 * US,
-                t_overhead: 9 * US,
-                t_write_ack: 16 * US,
-                write_buffer: 4 * MIB,
-                channel_bw: 800_000_000,
-                link_bw: 3_200_000_000,
-            },
-            // Seed: PM963 typical 79 µs read / 22 µs write, 430 K / 40 K 4 KB
-            // IOPS, 2.0 / 1.2 GB/s (Table 1); 3.84 TB on 4 TiB of NAND → 14.5 %
-            // over-provisioning. Model: 32 TLC dies, 64 KiB program in 1.75 ms
-            // → 1.2 GB/s; 60 µs sense + transfer + overhead ≈ 79 µs.
-            ProfileKind::Tlc => Profile {
-                kind,
-                model: "Samsung PM963 (TLC V-NAND)",
-                media: Media::Tlc,
-                in_place: false,
-                iu: 4096,
-                erase_block: 4 * MIB,
-                op: 0.145,
-                channels: 8,
-                dies_per_channel: 4,
-                program_unit: 64 * KIB as u32,
-                t_read: 60 * US,
-                t_prog: 1750 * US,
-                t_erase: 5000 * US,
-                t_overhead: 12 * US,
-                t_write_ack: 22 * US,
-                write_buffer: 8 * MIB,
-                channel_bw: 533_000_000,
-                link_bw: 2_000_000_000,
-            },
-            // Seed: P4320-class QLC: 64 KiB IU, 1600 MB/s sequential write,
-            // 4 KB random write 11 K IOPS (§2.1). 7.68 TB on 8 TiB → 14.5 %
-            // over-provisioning. Model: 32 QLC dies, 64 KiB program in 1.31 ms
-            // → 1.6 GB/s; 120 µs sense (assumption: QLC tR, not in the seeds).
-            ProfileKind::Qlc => Profile {
-                kind,
-                model: "Intel D5-P4320 (QLC 3D NAND)",
-                media: Media::Qlc,
-                in_place: false,
-                iu: 64 * KIB as u32,
-                erase_block: 8 * MIB,
-                op: 0.145,
-                channels: 8,
-                dies_per_channel: 4,
-                program_unit: 64 * KIB as u32,
-                t_read: 120 * US,
-                t_prog: 1310 * US,
-                t_erase: 15_000 * US,
-                t_overhead: 12 * US,
-                t_write_ack: 25 * US,
-                write_buffer: 16 * MIB,
-                channel_bw: 533_000_000,
-                link_bw: 3_200_000_000,
-            },
+            ProfileKind::Optane => Profile::optane(),
+            ProfileKind::Znand => Profile::znand(),
+            ProfileKind::Tlc => Profile::tlc(),
+            ProfileKind::Qlc => Profile::qlc(),
+        }
+    }
+
+    /// Seed: P4800X typical latency 10/10 µs, 550 K/500 K 4 KB IOPS,
+    /// 2.4/2.0 GB/s (Table 1); 2200 MB/s random = sequential (§2.1).
+    /// Model: 4 media units, each busy 7 µs per 4 KiB + 3 µs controller
+    /// time: QD1 = 10 µs, 4/7 µs = 571 K IOPS ≈ 2.3 GB/s either way.
+    fn optane() -> Profile {
+        Profile {
+            kind: ProfileKind::Optane,
+            model: "Intel Optane DC P4800X (3D XPoint)",
+            media: Media::Scm,
+            in_place: true,
+            iu: 4096,
+            erase_block: 0,
+            op: 0.0,
+            channels: 1,
+            dies_per_channel: 4,
+            program_unit: 4096,
+            t_read: 7 * US,
+            t_prog: 7 * US,
+            t_erase: 0,
+            t_overhead: 3 * US,
+            t_write_ack: 0,
+            write_buffer: 0,
+            channel_bw: 64 << 30,
+            link_bw: 2_400_000_000,
+        }
+    }
+
+    /// Seed: SZ985 typical 12–20 µs read / 16 µs write, 750 K / 170 K
+    /// 4 KB IOPS, 3.2 / 3.0 GB/s (Table 1). Model: 16 dies of SLC-like
+    /// Z-NAND (3 µs sense), 16 KiB program unit in 87 µs → 3.0 GB/s.
+    fn znand() -> Profile {
+        Profile {
+            kind: ProfileKind::Znand,
+            model: "Samsung Z-SSD SZ985 (Z-NAND)",
+            media: Media::Scm,
+            in_place: false,
+            iu: 4096,
+            erase_block: 2 * MIB,
+            op: 0.145,
+            channels: 8,
+            dies_per_channel: 2,
+            program_unit: 16 * KIB as u32,
+            t_read: 3 * US,
+            t_prog: 87 * US,
+            t_erase: 1500 * US,
+            t_overhead: 9 * US,
+            t_write_ack: 16 * US,
+            write_buffer: 4 * MIB,
+            channel_bw: 800_000_000,
+            link_bw: 3_200_000_000,
+        }
+    }
+
+    /// Seed: PM963 typical 79 µs read / 22 µs write, 430 K / 40 K 4 KB
+    /// IOPS, 2.0 / 1.2 GB/s (Table 1); 3.84 TB on 4 TiB of NAND → 14.5 %
+    /// over-provisioning. Model: 32 TLC dies, 64 KiB program in 1.75 ms
+    /// → 1.2 GB/s; 60 µs sense + transfer + overhead ≈ 79 µs.
+    fn tlc() -> Profile {
+        Profile {
+            kind: ProfileKind::Tlc,
+            model: "Samsung PM963 (TLC V-NAND)",
+            media: Media::Tlc,
+            in_place: false,
+            iu: 4096,
+            erase_block: 4 * MIB,
+            op: 0.145,
+            channels: 8,
+            dies_per_channel: 4,
+            program_unit: 64 * KIB as u32,
+            t_read: 60 * US,
+            t_prog: 1750 * US,
+            t_erase: 5000 * US,
+            t_overhead: 12 * US,
+            t_write_ack: 22 * US,
+            write_buffer: 8 * MIB,
+            channel_bw: 533_000_000,
+            link_bw: 2_000_000_000,
+        }
+    }
+
+    /// Seed: P4320-class QLC: 64 KiB IU, 1600 MB/s sequential write,
+    /// 4 KB random write 11 K IOPS (§2.1). 7.68 TB on 8 TiB → 14.5 %
+    /// over-provisioning. Model: 32 QLC dies, 64 KiB program in 1.31 ms
+    /// → 1.6 GB/s; 120 µs sense (assumption: QLC tR, not in the seeds).
+    fn qlc() -> Profile {
+        Profile {
+            kind: ProfileKind::Qlc,
+            model: "Intel D5-P4320 (QLC 3D NAND)",
+            media: Media::Qlc,
+            in_place: false,
+            iu: 64 * KIB as u32,
+            erase_block: 8 * MIB,
+            op: 0.145,
+            channels: 8,
+            dies_per_channel: 4,
+            program_unit: 64 * KIB as u32,
+            t_read: 120 * US,
+            t_prog: 1310 * US,
+            t_erase: 15_000 * US,
+            t_overhead: 12 * US,
+            t_write_ack: 25 * US,
+            write_buffer: 16 * MIB,
+            channel_bw: 533_000_000,
+            link_bw: 3_200_000_000,
         }
     }
 

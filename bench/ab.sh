@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Two builds of masse side by side: `masse bench` Table 4 (23 B keys, 100 B values, fillrandom
+# then readrandomwriterandom 50/50) with the builds interleaved A B A B ... in one run, so
+# machine noise falls on both alike. For "no cost" checks of a change (issue 12's fixes,
+# issue 15's restructuring) and for before/after figures of an engine change.
+#
+#   bench/ab.sh BEFORE_BIN AFTER_BIN                 # 3 rounds, 2e6 keys, 16 threads, 30 s
+#   bench/ab.sh --rounds 5 --num 1e7 --threads 2 --duration 60 old/masse new/masse
+#
+# Options:
+#   --rounds N      rounds of (before, after) (3)        --num N        keys (2000000)
+#   --threads T     readrandomwriterandom threads (16)   --duration S   seconds per run (30)
+#   --dir DIR       capacity tier (default $TMPDIR or /var/tmp); fast tier: /dev/shm
+#   --out DIR       results (default bench/results/ab-<UTC>)
+#
+# Prints each run's db_bench-style summary line with the load average, then the median
+# ops/s per build and the after/before ratio. Copies the binaries first (a rebuild during
+# the run must not change them) and runs under `flock /tmp/masse-bench.lock` like the other
+# benchmarks. Say what else ran on the machine when you cite the figures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=3; NUM=2000000; THREADS=16; DURATION=30
+DIR=${TMPDIR:-/var/tmp}; OUT=""
+BINS=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rounds) ROUNDS=$2; shift ;;
+        --num) NUM=$(python3 -c "print(int(float('$2')))"); shift ;;
+        --threads) THREADS=$2; shift ;;
+        --duration) DURATION=$2; shift ;;
+        --dir) DIR=$2; shift ;;
+        --out) OUT=$2; shift ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
+        *) BINS+=("$1") ;;
+    esac
+    shift
+done
+[ "${#BINS[@]}" -eq 2 ] || { echo "usage: bench/ab.sh [options] BEFORE_BIN AFTER_BIN" >&2; exit 2; }
+OUT=${OUT:-bench/results/ab-$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$OUT"
+WORK=$(mktemp -d "$DIR/masse-ab-XXXXXX")
+FAST=$(mktemp -u /dev/shm/masse-ab-XXXXXX)
+trap 'rm -rf "$WORK" "$FAST"' EXIT
+cp "${BINS[0]}" "$WORK/before"; cp "${BINS[1]}" "$WORK/after"
+{
+    echo "# bench/ab.sh $(date -u +%FT%TZ)"
+    echo "before: ${BINS[0]} ($(sha256sum "${BINS[0]}" | cut -c1-12))"
+    echo "after:  ${BINS[1]} ($(sha256sum "${BINS[1]}" | cut -c1-12))"
+    echo "rounds $ROUNDS, num $NUM, threads $THREADS, duration $DURATION s; $(nproc) CPUs, $(uname -r)"
+} | tee "$OUT/summary.txt"
+COMMON=(--num="$NUM" --key_size=23 --value_size=100)
+for round in $(seq 1 "$ROUNDS"); do
+    for v in before after; do
+        rm -f "$FAST" "$WORK/cap"
+        P=(--fast="$FAST" --capacity="$WORK/cap")
+        flock /tmp/masse-bench.lock "$WORK/$v" bench "${P[@]}" --capacity-size=2048M \
+            --benchmarks=fillrandom --threads=1 --seed=1 "${COMMON[@]}" > "$OUT/fill-$v-$round.out" 2>&1
+        flock /tmp/masse-bench.lock "$WORK/$v" bench "${P[@]}" --use_existing_db=true \
+            --benchmarks=readrandomwriterandom --threads="$THREADS" --duration="$DURATION" \
+            --readwritepercent=50 --seed=2 "${COMMON[@]}" > "$OUT/run-$v-$round.out" 2>&1
+        line=$(grep -a -o -E 'readrandomwriterandom +:.*' "$OUT/run-$v-$round.out" | head -1)
+        echo "round $round $v: $line   load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/summary.txt"
+    done
+done
+python3 - "$OUT/summary.txt" <<'EOF' | tee -a "$OUT/summary.txt"
+import re, statistics, sys
+ops = {"before": [], "after": []}
+for line in open(sys.argv[1]):
+    m = re.match(r"round \d+ (before|after): .* (\d+) ops/sec", line)
+    if m:
+        ops[m.group(1)].append(int(m.group(2)))
+b, a = statistics.median(ops["before"]), statistics.median(ops["after"])
+print(f"median ops/s: before {b:,.0f}  after {a:,.0f}  after/before {a / b:.3f}")
+print(f"range: before {min(ops['before']):,}-{max(ops['before']):,}  after {min(ops['after']):,}-{max(ops['after']):,}")
+EOF

@@ -1,0 +1,423 @@
+//! Band garbage collection (paper §2.6).
+//!
+//! A pass picks the sealed band with the most invalid bytes (oldest first on a
+//! tie), reads its segments sequentially, and re-submits every record the index
+//! still points at through the normal write path: persisted to the fast-tier pad
+//! (the GC write pad) and merged into the open segment. Once all moves are
+//! acknowledged the band holds nothing live; the writer marks it free, TRIMs it
+//! and returns it to the free list. Tombstones are moved too, unless no band
+//! still in use can hold an older version of their key (then they are dropped).
+
+use super::band::BandState;
+use super::request::{PendingRecord, RecordKind, Req, WriteClass};
+use super::scanner::{BandScanner, Found};
+use super::state::{ActiveFlag, Engine};
+use super::writer_jobs::{Waiter, WriterJob};
+use crate::device::round_up;
+use crate::error::{Error, Result};
+use crate::format::*;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+/// What a GC pass did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum GcOutcome {
+    /// A band was freed; `net` is its payload less the band payload its moved
+    /// records used up where they went.
+    Freed { band: u32, net: i64 },
+    /// No sealed band has any invalid bytes.
+    NoVictim,
+}
+
+/// Least space a GC pass must win back (1/64 of a band). Below it the pool counts
+/// as full: moving a band to win less would cost more than 64 bytes of writes per
+/// byte won, and estimation error (padding of future writes) could make it a loss.
+pub(crate) fn min_gain(e: &Engine) -> u64 {
+    (e.layout.band_payload() / 64).max(4096)
+}
+
+/// Free bands below which GC runs.
+pub(crate) fn low_watermark(e: &Engine) -> u32 {
+    if e.opts.gc_low_bands > 0 {
+        e.opts.gc_low_bands
+    } else {
+        (e.layout.bands / 16).max(4).min(e.layout.bands / 2).max(3)
+    }
+}
+
+/// Called by a writer whose request of records `lens` did not get space: run
+/// GC until the request would be admitted, or report `NoSpace` once GC proves
+/// nothing can be reclaimed.
+pub(crate) fn wait_for_space(e: &Engine, class: WriteClass, lens: &[usize]) -> Result<()> {
+    let fits = || {
+        let ws = e.write_state.lock();
+        let mut c = e.admission_cursor(&ws);
+        e.admit(&mut c, class, lens.iter().copied())
+    };
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut futile = 0;
+    loop {
+        e.check_failed()?;
+        if fits() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(Error::NoSpace(
+                "timed out waiting for GC to free space".into(),
+            ));
+        }
+        match gc_pass(e, true)? {
+            GcOutcome::Freed { net, .. } => {
+                // Freeing a band only to fill as much again with its moved records
+                // means the pool is full of live data. Judged by the pass's own moves:
+                // the space this caller sees is no measure, as other writers may take
+                // the freed band at once (and a band that only refills a reserve is
+                // not space for this class, yet it is progress).
+                if net <= 0 {
+                    futile += 1;
+                    if futile >= 4 {
+                        return Err(Error::NoSpace(
+                            "garbage collection reclaims no net space; delete data to make room"
+                                .into(),
+                        ));
+                    }
+                } else {
+                    futile = 0;
+                }
+            }
+            GcOutcome::NoVictim => {
+                // A band being freed by another pass, or segments in flight, may still help.
+                let busy = {
+                    let ws = e.write_state.lock();
+                    let sealed_in_flight = e.segments.len() > ws.open.is_some() as usize;
+                    let bt = e.bands.lock();
+                    sealed_in_flight || bt.bands.iter().any(|b| b.state == BandState::Victim)
+                };
+                if !busy {
+                    if fits() {
+                        return Ok(());
+                    }
+                    let bt = e.bands.lock();
+                    let payload = e.layout.band_payload();
+                    let (mut n, mut best) = (0u64, 0u64);
+                    for (i, b) in bt.bands.iter().enumerate() {
+                        if b.state == BandState::Sealed {
+                            n += 1;
+                            best = best.max(payload.saturating_sub(e.status.band_cost(i)));
+                        }
+                    }
+                    return Err(Error::NoSpace(format!(
+                        "{} free bands; the best of {n} full bands would win back only {:.1} % of a band \
+                         (GC needs ≥ {:.1} %); delete data to make room",
+                        bt.free_count(),
+                        best as f64 * 100.0 / payload as f64,
+                        min_gain(e) as f64 * 100.0 / payload as f64
+                    )));
+                }
+                let mut bt = e.bands.lock();
+                e.bands.wait_for_space(&mut bt, Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+/// One GC pass (serialised by `gc_lock`). `urgent` ignores the watermark.
+pub(crate) fn gc_pass(e: &Engine, urgent: bool) -> Result<GcOutcome> {
+    // An open iterator holds the GC lock for its whole life; a writer stalled
+    // behind it (perhaps on the iterator's own thread) must not wait forever.
+    let _g = loop {
+        if let Some(g) = e.gc_lock.try_lock_for(Duration::from_millis(20)) {
+            break g;
+        }
+        if e.iterators.load(Relaxed) > 0 {
+            return Err(Error::NoSpace(
+                "no free space, and an open iterator holds off GC".into(),
+            ));
+        }
+    };
+    let _active = ActiveFlag::set(&e.gc_active);
+    let Some(victim) = choose_victim(e, urgent) else {
+        return Ok(GcOutcome::NoVictim);
+    };
+    let room_before = e.gc_room_used.load(Relaxed);
+    match relocate_band(e, victim) {
+        Ok(true) => free_victim(e, victim, e.gc_room_used.load(Relaxed) - room_before),
+        Ok(false) => {
+            e.bands.lock().bands[victim as usize].state = BandState::Pinned;
+            Ok(GcOutcome::NoVictim)
+        }
+        Err(err) => {
+            let mut bt = e.bands.lock();
+            if bt.bands[victim as usize].state == BandState::Victim {
+                bt.bands[victim as usize].state = BandState::Sealed;
+            }
+            Err(err)
+        }
+    }
+}
+
+/// The sealed band with the most reclaimable space (oldest first on a tie),
+/// marked as the victim; `None` if no band is worth it (or, unless `urgent`,
+/// free bands are not low).
+fn choose_victim(e: &Engine, urgent: bool) -> Option<u32> {
+    let payload = e.layout.band_payload();
+    // Choose under the write state: a group commit applies its records to the
+    // index only after their segment may already be durable (capacity-only
+    // mode), so a band is judged only once no group is half-applied.
+    let ws = e.write_state.lock();
+    let mut bt = e.bands.lock();
+    if !urgent && bt.free_count() >= low_watermark(e) {
+        return None;
+    }
+    // GC may use every free band (its class keeps no reserve), but never
+    // start a pass whose moves would not fit: with no room its moves would
+    // stall and the band could not be freed anyway.
+    let room = bt.free_count() as u64 * payload + e.admission_cursor(&ws).band_left * e.layout.seg;
+    let mut best: Option<(u64, u64, u32)> = None;
+    for (i, b) in bt.bands.iter().enumerate() {
+        if b.state != BandState::Sealed || b.inflight > 0 {
+            continue;
+        }
+        // What moving the band's live records costs against the band it frees:
+        // a band whose records would fill a whole band again gains nothing.
+        let cost = e.status.band_cost(i);
+        let dead = payload.saturating_sub(cost);
+        if dead < min_gain(e) || cost > room {
+            continue;
+        }
+        let better = match best {
+            None => true,
+            Some((d, fs, _)) => dead > d || (dead == d && b.first_seq < fs),
+        };
+        if better {
+            best = Some((dead, b.first_seq, i as u32));
+        }
+    }
+    let (_, _, v) = best?;
+    bt.bands[v as usize].state = BandState::Victim;
+    Some(v)
+}
+
+/// The victim holds nothing live: have the writer write its free header, TRIM
+/// it and put it on the free list. `moved`: band payload its moves used up.
+fn free_victim(e: &Engine, victim: u32, moved: u64) -> Result<GcOutcome> {
+    let payload = e.layout.band_payload();
+    let w = Waiter::new();
+    let hdr = BandHeader {
+        state: BAND_FREE,
+        pool_tag: e.tag,
+        band: victim,
+        first_seq: 0,
+    };
+    e.send(WriterJob::BandHeader {
+        band: victim,
+        hdr,
+        free: Some(w.clone()),
+    })?;
+    w.wait()?;
+    tracing::info!(
+        band = victim,
+        moved_bytes = moved,
+        reclaimed = payload as i64 - moved as i64,
+        "GC pass freed a band"
+    );
+    e.counters.gc_runs.fetch_add(1, Relaxed);
+    e.counters.gc_bands_freed.fetch_add(1, Relaxed);
+    Ok(GcOutcome::Freed {
+        band: victim,
+        net: payload as i64 - moved as i64,
+    })
+}
+
+/// Oldest record sequence number any in-use band other than `victim` may hold.
+fn min_seq_elsewhere(e: &Engine, victim: u32) -> u64 {
+    let bt = e.bands.lock();
+    bt.bands
+        .iter()
+        .enumerate()
+        .filter(|(i, b)| *i as u32 != victim && b.state != BandState::Free)
+        .map(|(i, _)| e.status.min_seq(i))
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
+/// Move every live record out of `band`. Returns false if a live record could
+/// not be read: the band is then pinned (never reclaimed), so nothing is lost
+/// silently and the database stays up.
+fn relocate_band(e: &Engine, band: u32) -> Result<bool> {
+    let (written, first_seq) = {
+        let bt = e.bands.lock();
+        let b = &bt.bands[band as usize];
+        (b.written_slots, b.first_seq)
+    };
+    let first = e.layout.first_slot(band);
+    let mut mv = Mover::new(e, min_seq_elsewhere(e, band));
+    let dig = |k: &[u8]| e.digest(k);
+    let mut sc = BandScanner::new(&e.layout, &e.pool.caps, e.tag, band, first_seq, &dig);
+    let end = sc.scan(0, written, false, &mut |f| {
+        if let Found::Segment(s) = f {
+            for se in &s.entries {
+                let rec = s
+                    .data
+                    .get(se.offset as usize..(se.offset + se.len) as usize);
+                mv.consider(first + s.slot, se, rec)?;
+            }
+        }
+        Ok(())
+    })?;
+    e.counters.gc_bytes_read.fetch_add(end.bytes_read, Relaxed);
+    if e.pad.is_none() {
+        straddling_start(e, first_seq, &mut mv)?;
+    }
+    mv.flush()?;
+    let left = e.status.band_live(band as usize);
+    if !mv.intact || left != 0 {
+        e.counters.corruptions.fetch_add(1, Relaxed);
+        e.warn(format!(
+            "GC: band {band} holds live records it could not read ({left} live bytes left); \
+             the band is pinned and will not be reclaimed"
+        ));
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// Collects GC moves and submits them in groups.
+struct Mover<'a> {
+    e: &'a Engine,
+    /// Oldest record seq any other band may hold: tombstones older than it
+    /// shadow nothing and are dropped instead of moved.
+    min_other: u64,
+    moves: Vec<PendingRecord>,
+    bytes: usize,
+    /// False once a live record could not be read.
+    intact: bool,
+}
+
+impl<'a> Mover<'a> {
+    fn new(e: &'a Engine, min_other: u64) -> Mover<'a> {
+        Mover {
+            e,
+            min_other,
+            moves: Vec::new(),
+            bytes: 0,
+            intact: true,
+        }
+    }
+
+    /// Move the record of summary entry `se` of the segment in `slot` (`rec`:
+    /// its bytes as read) if the index still points at it.
+    fn consider(&mut self, slot: u64, se: &SummaryEntry, rec: Option<&[u8]>) -> Result<()> {
+        let e = self.e;
+        let loc = Loc::new(slot, se.offset, se.len, se.tombstone);
+        if e.index.get(se.digest) != Some(loc.0) {
+            return Ok(());
+        }
+        let Some(rec) = rec.filter(|r| decode_record(r).is_ok()) else {
+            tracing::warn!(
+                slot,
+                offset = se.offset,
+                "GC found a corrupt record; its band is kept"
+            );
+            e.counters.corruptions.fetch_add(1, Relaxed);
+            self.intact = false;
+            return Ok(());
+        };
+        if se.tombstone && se.seq < self.min_other {
+            if e.index.remove_if(se.digest, loc.0) {
+                e.status.sub_live(loc);
+                e.counters.gc_tombstones_dropped.fetch_add(1, Relaxed);
+            }
+            return Ok(());
+        }
+        // Strip the group flag: a moved record stands alone.
+        let mut bytes = rec.to_vec();
+        bytes[REC_FLAGS_AT] &= !REC_MORE;
+        self.bytes += round_up(bytes.len(), 8);
+        self.moves.push(PendingRecord {
+            digest: se.digest,
+            bytes,
+            kind: RecordKind::Relocate(loc),
+        });
+        if self.bytes >= e.max_group_bytes() / 2 {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.bytes = 0;
+        submit_moves(self.e, &mut self.moves)
+    }
+}
+
+/// Capacity-only / scm-only: the band starting at segment `first_seq` is about
+/// to be freed. If an atomic group begins in the segment before it (in another
+/// band) and ends in this one, recovery would find the group's start without
+/// its end and drop it (see recovery.rs `Replay`), so first move the start's
+/// still-live records: moved records stand alone.
+fn straddling_start(e: &Engine, first_seq: u64, mv: &mut Mover<'_>) -> Result<()> {
+    let Some(prev_seq) = first_seq.checked_sub(1) else {
+        return Ok(());
+    };
+    // The band the previous segment went to: the newest in use that began before.
+    let prev = {
+        let bt = e.bands.lock();
+        bt.bands
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.state != BandState::Free && b.first_seq < first_seq)
+            .max_by_key(|(_, b)| b.first_seq)
+            .map(|(i, b)| (i as u32, b.first_seq, b.written_slots))
+    };
+    let Some((band, band_first, written)) = prev else {
+        return Ok(());
+    };
+    let dig = |k: &[u8]| e.digest(k);
+    let mut sc = BandScanner::new(&e.layout, &e.pool.caps, e.tag, band, band_first, &dig);
+    // Usually the band's last segment ends with a whole group: one segment read.
+    match sc.last_segment(written)? {
+        Some((seq, more)) if seq != prev_seq || !more => return Ok(()),
+        _ => {}
+    }
+    // Members of the group still open at the end of the band: consecutive seqs,
+    // each but the last carrying MORE (the last one found carries MORE too).
+    let first = e.layout.first_slot(band);
+    let mut run: Vec<(u64, SummaryEntry, Option<Vec<u8>>)> = Vec::new();
+    let mut last_seg = 0u64;
+    sc.scan(0, written, false, &mut |f| {
+        if let Found::Segment(s) = f {
+            last_seg = s.seq;
+            for se in &s.entries {
+                if !run
+                    .last()
+                    .is_some_and(|(_, p, _)| p.more && p.seq + 1 == se.seq)
+                {
+                    run.clear();
+                }
+                let rec = s
+                    .data
+                    .get(se.offset as usize..(se.offset + se.len) as usize);
+                run.push((first + s.slot, *se, rec.map(<[u8]>::to_vec)));
+            }
+        }
+        Ok(())
+    })?;
+    if last_seg != prev_seq || !run.last().is_some_and(|(_, se, _)| se.more) {
+        return Ok(());
+    }
+    for (slot, se, rec) in &run {
+        mv.consider(*slot, se, rec.as_deref())?;
+    }
+    Ok(())
+}
+
+fn submit_moves(e: &Engine, moves: &mut Vec<PendingRecord>) -> Result<()> {
+    // Each move is its own request, so a move made stale by a concurrent user
+    // write is dropped alone; the group commit still writes them together.
+    let reqs: Vec<_> = moves
+        .drain(..)
+        .map(|m| Req::new(vec![m], WriteClass::Gc))
+        .collect();
+    e.submit_all(reqs).map(|_| ())
+}

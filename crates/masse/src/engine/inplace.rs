@@ -1,0 +1,111 @@
+//! scm-only in-place updates (§4.9; the paper's 3D XPoint rule: write in
+//! place, 4 KiB-aligned).
+//!
+//! A lone put that keeps its record's exact length rewrites the record's 4 KiB
+//! page through the single writer and syncs before the ack. The record keeps
+//! the old one's segment tag, sequence number and flags, so the segment's
+//! summary still describes it and nothing else (index, space accounting,
+//! checkpoints, recovery) changes. A single 4 KiB page write is atomic on the
+//! media this mode is for (power-loss protected SCM), so a crash leaves the
+//! old or the new record, whole. Readers retry behind the `inplace_gen`
+//! seqlock when a read overlapped an update.
+
+use super::band::BandState;
+use super::request::{stamp, Outcome, PendingRecord, Req};
+use super::state::Engine;
+use super::writer_jobs::WriterJob;
+use crate::device::{round_down64, round_up, AlignedBuf};
+use crate::error::{Error, Result};
+use crate::format::*;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::Arc;
+
+/// Page images to write: `(device, offset, page)`.
+pub(super) type Pages = Vec<(usize, u64, AlignedBuf)>;
+
+impl Engine {
+    /// If `p`'s key has a live record of exactly the new record's length on the
+    /// device (not in DRAM, not in a band GC is emptying) that lies within one
+    /// 4 KiB page, patch the new record into that page's image in `pages`
+    /// (reading the page once) and return true. Called under the write state,
+    /// so GC cannot pick the band meanwhile.
+    pub(super) fn try_in_place(&self, p: &PendingRecord, pages: &mut Pages) -> Result<bool> {
+        let Some((dev, abs)) = self.in_place_target(p) else {
+            return Ok(false);
+        };
+        let len = p.bytes.len();
+        let page = round_down64(abs, 4096);
+        if abs + len as u64 > page + 4096 {
+            return Ok(false);
+        }
+        let i = match pages.iter().position(|(d, o, _)| *d == dev && *o == page) {
+            Some(i) => i,
+            None => {
+                let mut b = AlignedBuf::new(4096);
+                let d = &self.pool.caps[dev];
+                d.read_at(&mut b, page).map_err(|e| {
+                    Error::io(&d.info().path, "reading a page to update in place", e)
+                })?;
+                pages.push((dev, page, b));
+                pages.len() - 1
+            }
+        };
+        let at = (abs - page) as usize;
+        let img = &mut pages[i].2;
+        let old = &img[at..at + len];
+        let Ok((h, old_key, _)) = decode_record(old) else {
+            return Ok(false); // not a record we can vouch for: append instead
+        };
+        let new_h = peek_record(&p.bytes)
+            .ok_or_else(|| Error::Corruption("internal: bad record".into()))?;
+        let new_key = &p.bytes[RECORD_HEADER..RECORD_HEADER + new_h.key_len as usize];
+        if h.total_len() != len || h.flags & REC_TOMBSTONE != 0 || old_key != new_key {
+            return Ok(false);
+        }
+        let mut bytes = p.bytes.clone();
+        stamp(&mut bytes, h.seg_tag, h.seq, h.flags);
+        img[at..at + len].copy_from_slice(&bytes);
+        Ok(true)
+    }
+
+    /// The device and byte offset of `p`'s live record, if it may be overwritten:
+    /// same 8-aligned length, on the device, in a band GC is not emptying.
+    fn in_place_target(&self, p: &PendingRecord) -> Option<(usize, u64)> {
+        let loc = Loc(self.index.get(p.digest)?);
+        if loc.is_tombstone() || round_up(p.bytes.len(), 8) as u32 != loc.len8() {
+            return None;
+        }
+        if self.segments.contains(loc.slot()) {
+            return None;
+        }
+        let band = self.layout.band_of_slot(loc.slot());
+        if !matches!(
+            self.bands.lock().bands[band as usize].state,
+            BandState::Open | BandState::Sealed
+        ) {
+            return None;
+        }
+        let (dev, base) = self.layout.slot_addr(loc.slot());
+        Some((dev, base + loc.offset() as u64))
+    }
+
+    /// Write the patched pages through the single writer, like every capacity
+    /// write, durable (synced) before the puts in `reqs` are acknowledged.
+    pub(super) fn write_in_place(&self, pages: Pages, reqs: &[&Arc<Req>]) -> Result<()> {
+        let n = pages.len() as u64;
+        self.inplace_gen.fetch_add(1, SeqCst);
+        let res = self
+            .send(WriterJob::InPlace(pages))
+            .and_then(|_| self.writer_barrier());
+        self.inplace_gen.fetch_add(1, SeqCst);
+        res?;
+        let c = &self.counters;
+        c.inplace_writes.fetch_add(reqs.len() as u64, Relaxed);
+        c.inplace_bytes.fetch_add(n * 4096, Relaxed);
+        c.commit_records.fetch_add(reqs.len() as u64, Relaxed);
+        for r in reqs {
+            r.complete(Outcome::Done(0));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,173 @@
+//! Reads (paper §2.4 "read directly from QLC; no read cache"): one index
+//! lookup and at most one device read per key.
+//!
+//! A record is read from its DRAM segment while the writer has not made it
+//! durable, otherwise with one aligned direct read of the blocks that hold
+//! it. A record GC moved, or an scm-only page updated in place, while the
+//! read was in flight fails its checks or its key compare; the read then
+//! looks the key up again.
+
+use super::state::Engine;
+use crate::device::{round_down64, round_up64, AlignedBuf};
+use crate::error::{Error, Result};
+use crate::format::*;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+
+/// How often a get looks a key up again after its record moved under it.
+const READ_TRIES: usize = 16;
+
+impl Engine {
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let d = self.digest(key);
+        let mut last = None;
+        for _ in 0..READ_TRIES {
+            let Some(l) = self.index.get(d) else {
+                return Ok(None);
+            };
+            let loc = Loc(l);
+            if loc.is_tombstone() {
+                return Ok(None);
+            }
+            let gen = self.inplace_gen.load(SeqCst);
+            let res = self.read_record(loc).and_then(|b| {
+                let (_, k, v) = decode_record(&b)?;
+                Ok((k == key).then(|| v.to_vec()))
+            });
+            match res {
+                Ok(Some(v)) => return Ok(Some(v)),
+                Ok(None) | Err(_) if self.index.get(d) != Some(l) || self.inplace_raced(gen) => {
+                    // GC moved the record (or the key changed) while we read: look again.
+                    self.counters.read_retries.fetch_add(1, Relaxed);
+                    last = Some(l);
+                    continue;
+                }
+                // The entry is another key's (digest fingerprints collide): not found.
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(self.read_failed(e, key, loc)),
+            }
+        }
+        Err(Error::Corruption(format!(
+            "record kept moving during read (last location {last:?})"
+        )))
+    }
+
+    /// A get's read failed for good: log it and say where.
+    fn read_failed(&self, e: Error, key: &[u8], loc: Loc) -> Error {
+        if let Error::Io { .. } = e {
+            tracing::warn!(error = %e, slot = loc.slot(), "device read failed");
+            return e;
+        }
+        tracing::warn!(error = %e, slot = loc.slot(), offset = loc.offset(), "corrupt record found by a get");
+        self.counters.corruptions.fetch_add(1, Relaxed);
+        Error::Corruption(format!(
+            "record for key {:?} at segment {} offset {}: {e}",
+            String::from_utf8_lossy(&key[..key.len().min(64)]),
+            loc.slot(),
+            loc.offset()
+        ))
+    }
+
+    /// `Db::get_many`: index lookups, DRAM-buffered records copied, the rest read
+    /// in one batch per capacity device. Anything unexpected in a batched read (a
+    /// record that moved, another key's entry, a checksum failure) is settled by
+    /// the single-key path, which retries moves and reports corruption.
+    pub fn get_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; keys.len()];
+        let mut reads = BatchedReads::default();
+        let mut recheck: Vec<usize> = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let Some(l) = self.index.get(self.digest(key)) else {
+                continue;
+            };
+            let loc = Loc(l);
+            if loc.is_tombstone() {
+                continue;
+            }
+            if self.segments.contains(loc.slot()) {
+                recheck.push(i);
+                continue;
+            }
+            reads.add(self, i, loc);
+        }
+        reads.submit(self)?;
+        for ((i, loc, _, _, s), b) in reads.pending.iter().zip(reads.bufs.iter()) {
+            let len = loc.len8() as usize;
+            match decode_record(&b[*s..*s + len]) {
+                Ok((_, k, v)) if k == keys[*i] => out[*i] = Some(v.to_vec()),
+                _ => recheck.push(*i),
+            }
+        }
+        for i in recheck {
+            out[i] = self.get(keys[i])?;
+        }
+        Ok(out)
+    }
+
+    /// The bytes of the record at `loc` (from a DRAM buffer or one device read).
+    pub fn read_record(&self, loc: Loc) -> Result<Vec<u8>> {
+        let off = loc.offset() as usize;
+        let len = loc.len8() as usize;
+        if let Some(b) = self.segments.get(loc.slot()) {
+            let d = b.data.read();
+            if off + len > d.len() {
+                return Err(Error::Corruption("location outside its segment".into()));
+            }
+            self.counters.reads_from_dram.fetch_add(1, Relaxed);
+            return Ok(d[off..off + len].to_vec());
+        }
+        let (dev, base) = self.layout.slot_addr(loc.slot());
+        let abs = base + off as u64;
+        let start = round_down64(abs, 4096);
+        let end = round_up64(abs + len as u64, 4096);
+        let mut a = AlignedBuf::new((end - start) as usize);
+        let d = &self.pool.caps[dev];
+        d.read_at(&mut a, start)
+            .map_err(|e| Error::io(&d.info().path, "reading a record", e))?;
+        self.counters.reads_from_device.fetch_add(1, Relaxed);
+        let s = (abs - start) as usize;
+        Ok(a[s..s + len].to_vec())
+    }
+}
+
+/// Device reads of a `get_many`, issued together.
+#[derive(Default)]
+struct BatchedReads {
+    /// (key index, location, device, aligned start, offset of the record in the buffer)
+    pending: Vec<(usize, Loc, usize, u64, usize)>,
+    bufs: Vec<AlignedBuf>,
+}
+
+impl BatchedReads {
+    fn add(&mut self, e: &Engine, i: usize, loc: Loc) {
+        let (dev, base) = e.layout.slot_addr(loc.slot());
+        let abs = base + loc.offset() as u64;
+        let start = round_down64(abs, 4096);
+        let end = round_up64(abs + loc.len8() as u64, 4096);
+        self.pending
+            .push((i, loc, dev, start, (abs - start) as usize));
+        self.bufs.push(AlignedBuf::new((end - start) as usize));
+    }
+
+    /// One batch (one io_uring submission) per capacity device.
+    fn submit(&mut self, e: &Engine) -> Result<()> {
+        for dev in 0..e.pool.caps.len() {
+            let mut ops: Vec<(u64, &mut [u8])> = self
+                .pending
+                .iter()
+                .zip(self.bufs.iter_mut())
+                .filter(|(p, _)| p.2 == dev)
+                .map(|(p, b)| (p.3, &mut b[..]))
+                .collect();
+            if ops.is_empty() {
+                continue;
+            }
+            let d = &e.pool.caps[dev];
+            d.read_batch(&mut ops)
+                .map_err(|err| Error::io(&d.info().path, "reading records", err))?;
+            e.counters
+                .reads_from_device
+                .fetch_add(ops.len() as u64, Relaxed);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,685 @@
+//! Recovery at open (paper §2.7).
+//!
+//! A checkpoint (checkpoint.rs) records `replay_from`: the oldest segment that
+//! was not yet durable when its snapshot started. Recovery loads the newest valid checkpoint (or none), drops entries
+//! that point into bands freed or reused since, replays every segment from
+//! `replay_from` on in write order — newer position wins, so replay is
+//! idempotent — and finally re-applies the write pad from its durable tail.
+//! Without a usable checkpoint the same code replays every segment.
+
+use super::band::BandState;
+use super::checkpoint::load_checkpoint;
+use super::pad::{replay_start, Batch, PadReader};
+use super::request::{PendingRecord, RecordKind};
+use super::scanner::{BandScanner, Found, Segment, Source};
+use super::segment::{OpenSegment, SegmentBuf, WriteState};
+use super::state::Engine;
+use crate::device::{round_up, AlignedBuf};
+use crate::error::{Error, Result};
+use crate::format::*;
+use crate::index::{fingerprint, Digest};
+use parking_lot::RwLock;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Sequence numbers skipped at every open, so no record of a new run follows on
+/// from a group of the last run that a crash cut short (groups are told apart
+/// by consecutive seqs, see [`Replay`]).
+const SEQ_GAP_AT_OPEN: u64 = 1 << 20;
+
+/// A band to replay: its incarnation and the slot replay starts at.
+struct BandPlan {
+    band: u32,
+    first_seq: u64,
+    start_slot: u64,
+}
+
+/// What the band headers say: per band, the first segment seq of the incarnation
+/// in use (`None` = free), and whether it had to be inferred (then it is pinned).
+struct BandHeaders {
+    first: Vec<Option<u64>>,
+    inferred: Vec<bool>,
+}
+
+/// Rebuild the index, band table and write state. Returns the pad groups to re-apply.
+pub(crate) fn recover(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>> {
+    let t0 = Instant::now();
+    let l = &e.layout;
+    // 1. Band headers say which bands are in use and which incarnation they hold.
+    let hdrs = read_band_headers(e)?;
+    // 2. Newest valid checkpoint, if any.
+    let ck = load_checkpoint(e)?;
+    let (source, replay_from, ck_bands, ck_next_seq) = match &ck {
+        Some((h, bands)) => (
+            "checkpoint",
+            h.replay_from_seq,
+            Some(bands.clone()),
+            h.next_record_seq,
+        ),
+        None => ("scan", 0, None, 1),
+    };
+    let matches = |b: usize| -> Option<BandRecord> {
+        let cb = ck_bands.as_ref()?.get(b)?;
+        (cb.in_use && Some(cb.first_seq) == hdrs.first[b]).then_some(*cb)
+    };
+    if ck.is_some() {
+        // Entries into bands freed or reused since the snapshot are stale; replay re-adds what moved.
+        e.index
+            .retain(|loc| matches(l.band_of_slot(Loc(loc).slot()) as usize).is_some());
+    }
+    // 3. Plan: which slots of which bands to replay, in write order.
+    let mut rp = Replay::new(e, &hdrs, ck_next_seq);
+    let mut plans: Vec<BandPlan> = Vec::new();
+    for (b, first) in hdrs.first.iter().enumerate() {
+        let Some(first_seq) = *first else { continue };
+        let start_slot = match matches(b) {
+            Some(cb) => {
+                rp.min_seq[b] = cb.min_seq;
+                rp.written[b] = cb.written_slots as u64;
+                // Records placed in segments that are not replayed are not in the
+                // checkpoint; see the live-bytes fixup after replay below.
+                if first_seq >= replay_from {
+                    0
+                } else {
+                    cb.written_slots as u64
+                }
+            }
+            None => 0,
+        };
+        plans.push(BandPlan {
+            band: b as u32,
+            first_seq,
+            start_slot,
+        });
+    }
+    plans.sort_by_key(|p| p.first_seq);
+    // 4. Replay segments, band by band in write order.
+    let newest = plans.last().map(|p| p.band);
+    for p in &plans {
+        rp.band(p, Some(p.band) == newest)?;
+    }
+    rp.finish();
+    // 5. The pad: everything from its durable tail is re-applied below, in order.
+    let groups = match &e.pad {
+        Some(_) => read_pad(e)?,
+        None => Vec::new(),
+    };
+    // 6–7. Entries pointing where nothing valid was found; space accounting.
+    drop_dangling(e, &hdrs, &rp.written, &groups);
+    account_live(e);
+    // 8. Band table and write state.
+    restore_state(e, &hdrs, &rp, newest)?;
+    let mut r = e.recovery.lock();
+    r.source = if clean {
+        format!("{source} (clean shutdown)")
+    } else {
+        source.to_string()
+    };
+    r.segments = rp.segments;
+    r.us = t0.elapsed().as_micros() as u64;
+    Ok(groups)
+}
+
+/// Step 1: read every band header. A header is written twice in its block (format
+/// version 2), so one damaged copy costs nothing. When both copies are damaged
+/// but the band's first slot holds a segment of this pool, the band is taken to
+/// be in use from that segment on and pinned (never reclaimed), with a warning.
+fn read_band_headers(e: &Engine) -> Result<BandHeaders> {
+    let l = &e.layout;
+    let nb = l.bands as usize;
+    let mut out = BandHeaders {
+        first: vec![None; nb],
+        inferred: vec![false; nb],
+    };
+    for b in 0..l.bands {
+        let (dev, off) = l.band_addr(b);
+        let blk = crate::pool::read_block(&e.pool.caps[dev], off, 4096, "reading band headers")?;
+        let (h, copies_bad) = BandHeader::decode_copies(&blk);
+        if copies_bad > 0 && h.is_some() {
+            e.note(format!(
+                "band {b}: one copy of its header is damaged; the other was used"
+            ));
+        }
+        match h {
+            Some(h) if h.pool_tag == e.tag && h.band == b && h.state == BAND_IN_USE => {
+                out.first[b as usize] = Some(h.first_seq);
+            }
+            Some(_) => {}
+            None if copies_bad == 0 => {}
+            None => {
+                let seg = crate::pool::read_block(
+                    &e.pool.caps[dev],
+                    off + l.geo.band_header_size as u64,
+                    4096,
+                    "reading band headers",
+                )?;
+                if let Some(sh) = SegmentHeader::decode(&seg).filter(|s| s.pool_tag == e.tag) {
+                    out.first[b as usize] = Some(sh.segment_seq);
+                    out.inferred[b as usize] = true;
+                    e.warn(format!(
+                        "band {b}: both copies of its header are damaged; its segments were \
+                         replayed from segment {} on and the band is pinned (never reclaimed)",
+                        sh.segment_seq
+                    ));
+                } else {
+                    e.note(format!(
+                        "band {b}: both copies of its header are damaged and it holds no \
+                         segment; taken as free"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Replays segments into the index. Every entry goes through [`Replay::apply`]:
+/// a position later in the log (band `first_seq`, slot, offset) wins, so replay
+/// is idempotent and order-independent.
+///
+/// Atomic groups: in tiered mode every record found is applied. Each record on
+/// the capacity tier was durable on the pad first, and the pad's tail passes a
+/// batch only once every segment holding its records is durable; so a group
+/// whose other members never reached the capacity tier is still on the pad and
+/// comes back whole (step 5), and members missing because GC reclaimed their
+/// band were durable — the group was complete. Without a pad (capacity-only,
+/// scm-only), a group is applied only when all its members are found: they
+/// carry consecutive seqs and all but the last the MORE flag. A commit is
+/// acknowledged only once all its records are durable, so an acknowledged group
+/// is whole on the device — unless GC reclaimed part of it, and GC sees to that:
+/// before it frees a band holding the end of a group whose start lies in another
+/// band, it moves the start's live records as stand-alone records (gc.rs), so
+/// dropping the orphaned start here loses nothing.
+struct Replay<'a> {
+    e: &'a Engine,
+    band_first: Vec<u64>,
+    whole_groups: bool,
+    group: Vec<(Digest, Loc)>,
+    group_last_seq: u64,
+    /// Records of groups a crash cut short, not applied.
+    cut: u64,
+    /// The segment replayed last and whether a blank slot followed it.
+    last_seg: Option<LastSeg>,
+    blank_since: bool,
+    /// Newest sequence number met so far, to recognise the next open.
+    seen_max: u64,
+    /// Records skipped because they follow records a crash tore away.
+    after_tear: u64,
+    /// Footerless segments followed by others: (band, slot, seq, records).
+    unread: Vec<(u32, u64, u64, usize)>,
+    /// Skipping records written in the same unsynced burst as a torn one.
+    cutting: bool,
+    max_seq: u64,
+    min_seq: Vec<u64>,
+    written: Vec<u64>,
+    segments: u64,
+    /// Last footerless one-slot segment of the newest band, to keep filling.
+    partial: Option<Partial>,
+}
+
+/// Where the segment replayed last left the writer.
+#[derive(Clone, Copy)]
+struct LastSeg {
+    seq: u64,
+    /// End of its records.
+    end: usize,
+    band: u32,
+    /// The slot after it.
+    next_slot: u64,
+}
+
+/// A partly written segment at the write frontier (capacity-only/scm-only).
+struct Partial {
+    band: u32,
+    slot_in_band: u64,
+    seq: u64,
+    data: Vec<u8>,
+    entries: Vec<SummaryEntry>,
+    used: usize,
+}
+
+impl<'a> Replay<'a> {
+    fn new(e: &'a Engine, hdrs: &BandHeaders, ck_next_seq: u64) -> Replay<'a> {
+        let nb = hdrs.first.len();
+        Replay {
+            e,
+            band_first: hdrs.first.iter().map(|f| f.unwrap_or(0)).collect(),
+            whole_groups: e.pad.is_none(),
+            group: Vec::new(),
+            group_last_seq: 0,
+            cut: 0,
+            last_seg: None,
+            blank_since: false,
+            seen_max: ck_next_seq.saturating_sub(1),
+            after_tear: 0,
+            unread: Vec::new(),
+            cutting: false,
+            max_seq: ck_next_seq.saturating_sub(1),
+            min_seq: vec![u64::MAX; nb],
+            written: vec![0; nb],
+            segments: 0,
+            partial: None,
+        }
+    }
+
+    fn pos(&self, loc: Loc) -> (u64, u64, u32) {
+        let l = &self.e.layout;
+        let b = l.band_of_slot(loc.slot()) as usize;
+        (self.band_first[b], l.slot_in_band(loc.slot()), loc.offset())
+    }
+
+    fn apply(&self, d: Digest, loc: Loc) {
+        self.e.index.update_with(d, |cur| match cur {
+            Some(c) if self.pos(Loc(c)) >= self.pos(loc) => (Some(c), ()),
+            _ => (Some(loc.0), ()),
+        });
+    }
+
+    /// Replay one band from its planned start to its write frontier.
+    fn band(&mut self, p: &BandPlan, newest: bool) -> Result<()> {
+        let e = self.e;
+        let dig = |k: &[u8]| e.digest(k);
+        let mut sc = BandScanner::new(&e.layout, &e.pool.caps, e.tag, p.band, p.first_seq, &dig);
+        // A footerless segment is the frontier if nothing follows it; otherwise
+        // its summary was lost (a torn seal, or damage) and its records were parsed.
+        let mut unread_summary: Option<(u64, u64, usize)> = None;
+        let end = sc.scan(p.start_slot, e.layout.slots_per_band, true, &mut |f| {
+            if let Some((slot, seq, n)) = unread_summary.take() {
+                self.unread.push((p.band, slot, seq, n));
+            }
+            self.partial = None;
+            match f {
+                Found::Segment(s) => {
+                    if s.source == Source::Parsed {
+                        unread_summary = Some((s.slot, s.seq, s.entries.len()));
+                        if newest && s.nslots == 1 {
+                            self.partial = Some(Partial {
+                                band: p.band,
+                                slot_in_band: s.slot,
+                                seq: s.seq,
+                                data: s.data.to_vec(),
+                                entries: s.entries.clone(),
+                                used: s.used,
+                            });
+                        }
+                    }
+                    self.torn_before(p.band, &s);
+                    self.segment(p.band, &s);
+                    self.last_seg = Some(LastSeg {
+                        seq: s.seq,
+                        end: s.used,
+                        band: p.band,
+                        next_slot: s.slot + s.nslots,
+                    });
+                    self.blank_since = false;
+                }
+                Found::Gap { slot, n, blank } => {
+                    self.gap(p.band, slot, n, blank);
+                    self.blank_since |= blank;
+                }
+            }
+            Ok(())
+        })?;
+        let b = p.band as usize;
+        self.written[b] = self.written[b].max(end.end);
+        Ok(())
+    }
+
+    fn segment(&mut self, band: u32, s: &Segment<'_>) {
+        let e = self.e;
+        let slot = e.layout.first_slot(band) + s.slot;
+        let placed: u64 = s
+            .entries
+            .iter()
+            .map(|e| round_up(e.len as usize, 8) as u64)
+            .sum();
+        e.status.set_placed(slot, placed as u32);
+        if s.source == Source::HeaderDamaged {
+            e.counters.corruptions.fetch_add(1, Relaxed);
+            e.warn(format!(
+                "band {band} slot {}: segment header damaged; its {} records were recovered \
+                 with the sequence number the slot must hold ({})",
+                s.slot,
+                s.entries.len(),
+                s.seq
+            ));
+        }
+        for e in &s.entries {
+            self.max_seq = self.max_seq.max(e.seq);
+            self.min_seq[band as usize] = self.min_seq[band as usize].min(e.seq);
+            self.entry(e, Loc::new(slot, e.offset, e.len, e.tombstone));
+        }
+        self.segments += 1;
+    }
+
+    fn entry(&mut self, e: &SummaryEntry, loc: Loc) {
+        if !self.whole_groups {
+            self.apply(e.digest, loc);
+            return;
+        }
+        if self.after_torn_write(e) {
+            return;
+        }
+        // A pending group whose next record does not follow it is a group a crash
+        // cut short (its last record never reached the device): it is not applied,
+        // and must not be completed by later records.
+        if !self.group.is_empty() && e.seq != self.group_last_seq + 1 {
+            self.cut += self.group.len() as u64;
+            self.group.clear();
+        }
+        self.group_last_seq = e.seq;
+        self.group.push((e.digest, loc));
+        if !e.more {
+            for (d, loc) in std::mem::take(&mut self.group) {
+                self.apply(d, loc);
+            }
+        }
+    }
+
+    /// Capacity-only / scm-only: did a crash tear away records written just
+    /// before segment `s`?
+    ///
+    /// Without a pad, a group commit's records are acknowledged when one sync
+    /// makes them all durable; a power cut before that sync may keep any subset
+    /// of the burst's blocks. Each segment's header says where the writer left
+    /// the segment before it (`prev_end`). If that segment was replayed and
+    /// ends earlier, or its slot was found blank, records of the burst never
+    /// reached the device: the burst was never acknowledged, and neither was
+    /// anything written after it until the next open (which skips
+    /// `SEQ_GAP_AT_OPEN` sequence numbers). Those records are not applied: a
+    /// batch's end whose start was torn away would otherwise look whole.
+    fn torn_before(&mut self, band: u32, s: &Segment<'_>) {
+        if !self.whole_groups || s.prev_end == 0 {
+            return;
+        }
+        let torn = match self.last_seg {
+            Some(l) if l.seq + 1 == s.seq => l.end < s.prev_end as usize,
+            // Segments between were in the same band: their slots were read.
+            Some(l) if l.band == band => self.blank_since,
+            // The writer fills a band before it opens the next one: if the
+            // first missing segment fit after the last one found, it was
+            // written there and is gone (the band's tail was blank).
+            Some(l) if l.seq < s.seq => {
+                let lay = &self.e.layout;
+                let need = match l.seq + 2 == s.seq {
+                    true => lay
+                        .own_slots((s.prev_end as usize).saturating_sub(SEG_HEADER))
+                        .unwrap_or(1),
+                    false => 1,
+                };
+                l.next_slot + need <= lay.slots_per_band
+            }
+            Some(_) => false,
+            None => self.blank_since,
+        };
+        if torn && !self.cutting {
+            self.cutting = true;
+            self.cut += self.group.len() as u64;
+            self.group.clear();
+        }
+    }
+
+    /// Whether `e` is skipped as part of a torn burst (see `torn_before`).
+    fn after_torn_write(&mut self, e: &SummaryEntry) -> bool {
+        let prev = self.seen_max;
+        self.seen_max = prev.max(e.seq);
+        if self.cutting && e.seq >= prev + SEQ_GAP_AT_OPEN {
+            self.cutting = false;
+        }
+        if self.cutting {
+            self.after_tear += 1;
+        }
+        self.cutting
+    }
+
+    fn gap(&mut self, band: u32, slot: u64, n: u64, blank: bool) {
+        let e = self.e;
+        if blank {
+            e.note(format!(
+                "band {band} slots {slot}..{}: not written (a write torn at a crash); later \
+                 segments of the band were replayed",
+                slot + n
+            ));
+        } else {
+            e.counters.corruptions.fetch_add(1, Relaxed);
+            e.warn(format!(
+                "band {band} slots {slot}..{}: unreadable (damaged); their records are lost \
+                 unless newer copies exist",
+                slot + n
+            ));
+        }
+    }
+
+    /// End of replay: a group still pending was cut short by the crash.
+    /// Footerless segments that newer ones follow: a seal torn at a crash
+    /// (the summary and footer are written after the records are synced), or
+    /// a damaged summary. Either way every record was parsed and nothing is
+    /// lost, so it is a note. A seal torn at an earlier crash stays footerless,
+    /// so age cannot tell the two apart.
+    fn report_unread(&mut self) {
+        for (band, slot, _seq, n) in std::mem::take(&mut self.unread) {
+            self.e.note(format!(
+                "band {band} slot {slot}: segment summary unreadable (a seal torn at a crash, \
+                 or damage); its {n} records were recovered by parsing"
+            ));
+        }
+    }
+
+    fn finish(&mut self) {
+        self.report_unread();
+        self.cut += self.group.len() as u64;
+        self.group.clear();
+        if self.after_tear > 0 {
+            self.e.note(format!(
+                "{} records written after a write torn at a crash (in the same unsynced, never \
+                 acknowledged burst) were not applied",
+                self.after_tear
+            ));
+        }
+        if self.cut > 0 {
+            self.e.note(format!(
+                "{} records of atomic batches a crash cut short (never acknowledged) were \
+                 not applied",
+                self.cut
+            ));
+        }
+    }
+}
+
+/// Step 6: drop index entries pointing where nothing valid was found. A
+/// checkpoint may point into segments that were still in DRAM (their records
+/// are on the pad, re-applied below); dropped tombstones may dangle too.
+/// Anything else is a lost record.
+fn drop_dangling(e: &Engine, hdrs: &BandHeaders, written: &[u64], groups: &[Vec<PendingRecord>]) {
+    let l = &e.layout;
+    let on_pad: std::collections::HashSet<u64> = groups
+        .iter()
+        .flatten()
+        .map(|r| fingerprint(r.digest))
+        .collect();
+    let mut lost = 0u64;
+    e.index.retain_entries(|fp, loc| {
+        let loc = Loc(loc);
+        let b = l.band_of_slot(loc.slot()) as usize;
+        let ok = hdrs.first[b].is_some() && l.slot_in_band(loc.slot()) < written[b];
+        if !ok && !loc.is_tombstone() && !on_pad.contains(&fp) {
+            lost += 1;
+        }
+        ok
+    });
+    if lost > 0 {
+        e.counters.corruptions.fetch_add(lost, Relaxed);
+        e.warn(format!(
+            "{lost} index entries pointed at segments that could not be read; those keys are lost"
+        ));
+    }
+}
+
+/// Step 7: live-byte accounting from the index.
+fn account_live(e: &Engine) {
+    e.index.for_each(|loc| e.status.add_live(Loc(loc)));
+    e.status.placed_from_live();
+}
+
+/// Step 8: band table and write state; the newest band stays open, and (without
+/// a pad) its footerless last segment is filled on.
+fn restore_state(
+    e: &Engine,
+    hdrs: &BandHeaders,
+    rp: &Replay<'_>,
+    newest: Option<u32>,
+) -> Result<()> {
+    let l = &e.layout;
+    let mut ws = e.write_state.lock();
+    {
+        let mut bt = e.bands.lock();
+        for (b, first) in hdrs.first.iter().enumerate() {
+            let info = &mut bt.bands[b];
+            match first {
+                Some(fs) => {
+                    info.state = if hdrs.inferred[b] {
+                        BandState::Pinned
+                    } else {
+                        BandState::Sealed
+                    };
+                    info.first_seq = *fs;
+                    info.written_slots = rp.written[b];
+                    e.status.set_min_seq(b, rp.min_seq[b]);
+                }
+                None => {
+                    info.state = BandState::Free;
+                    bt.free.push_back(b as u32);
+                }
+            }
+        }
+        if let Some(b) = newest.filter(|&b| !hdrs.inferred[b as usize]) {
+            if rp.written[b as usize] < l.slots_per_band {
+                bt.bands[b as usize].state = BandState::Open;
+                ws.cur_band = Some(b);
+                ws.next_sib = rp.written[b as usize];
+            }
+        }
+    }
+    if let Some(p) = &rp.partial {
+        if l.geo.mode != Mode::Tiered && ws.cur_band == Some(p.band) {
+            reopen_partial(e, &mut ws, p)?;
+        }
+    }
+    ws.next_seq = rp.max_seq + 1 + SEQ_GAP_AT_OPEN;
+    e.seq_hint.store(ws.next_seq, SeqCst);
+    e.next_seg_hint.store(ws.next_seg, SeqCst);
+    Ok(())
+}
+
+/// Keep filling the partly written segment where the last run stopped.
+fn reopen_partial(e: &Engine, ws: &mut WriteState, p: &Partial) -> Result<()> {
+    let l = &e.layout;
+    let seg = l.seg as usize;
+    let mut buf = AlignedBuf::new(seg);
+    buf.copy_from_slice(&p.data[..seg]);
+    let slot = l.first_slot(p.band) + p.slot_in_band;
+    // Past `used` lie the remains of the write the crash interrupted: a torn
+    // record, or a whole record whose block landed although the group commit
+    // never completed — nothing acknowledged, yet valid-looking and of the same
+    // tag. Once new records fill the gap, a later recovery would parse on
+    // into them and bring back writes that were never acknowledged. Erase
+    // them, on the device too, before anything new is appended.
+    buf[p.used..].fill(0);
+    let from = p.used / 4096 * 4096;
+    let (dev, base) = l.slot_addr(slot);
+    let d = &e.pool.caps[dev];
+    d.write_at(&buf[from..], base + from as u64)
+        .map_err(|err| {
+            Error::io(
+                &d.info().path,
+                "erasing the torn tail of the open segment",
+                err,
+            )
+        })?;
+    crate::pool::sync(d, "erasing the torn tail of the open segment")?;
+    let sb = Arc::new(SegmentBuf {
+        size: seg,
+        slot,
+        nslots: 1,
+        seq: p.seq,
+        band: p.band,
+        data: RwLock::new(buf),
+    });
+    e.segments.insert(sb.clone());
+    e.bands.lock().bands[p.band as usize].inflight += 1;
+    let (mn, mx) = p
+        .entries
+        .iter()
+        .fold((u64::MAX, 0), |(a, b), se| (a.min(se.seq), b.max(se.seq)));
+    ws.open = Some(OpenSegment {
+        buf: sb,
+        used: p.used,
+        entries: p.entries.clone(),
+        min_seq: mn,
+        max_seq: mx,
+        flushed: p.used,
+    });
+    Ok(())
+}
+
+/// Step 5: parse the pad ring from its durable tail; set the ring state to
+/// continue after it. A batch that fails its checks ends the log only if no
+/// valid batch follows; a damaged batch in the middle is reported and skipped
+/// (see pad.rs).
+fn read_pad(e: &Engine) -> Result<Vec<Vec<PendingRecord>>> {
+    let Some(p) = &e.pad else {
+        return Ok(Vec::new());
+    };
+    let (tail, tail_seq, hdr_seq) = replay_start(p, e.tag, &mut |w| e.warn(w))?;
+    let r = PadReader::new(p, e.tag);
+    let (mut v, mut expect) = (tail, tail_seq);
+    let mut groups = Vec::new();
+    let mut batches = std::collections::VecDeque::new();
+    loop {
+        let b = match r.batch_at(v, Some(expect))? {
+            Some(b) => b,
+            None => match r.resync(v, expect)? {
+                Some(b) => {
+                    let lost = b.header.batch_seq - expect;
+                    e.counters.corruptions.fetch_add(lost, Relaxed);
+                    e.warn(format!(
+                        "write pad: {lost} batch(es) from number {expect} at offset {v} damaged;                          their writes are lost unless they had reached the capacity tier;                          the {} later batches were replayed",
+                        "intact"
+                    ));
+                    b
+                }
+                None => break,
+            },
+        };
+        batches.push_back((b.virt, b.header.batch_seq));
+        expect = b.header.batch_seq + 1;
+        v = b.next_virt(p.size);
+        let recs = pad_records(e, &b)?;
+        if !recs.is_empty() {
+            groups.push(recs);
+        }
+    }
+    p.resume(tail, v, expect, hdr_seq, batches);
+    Ok(groups)
+}
+
+/// The records of one pad batch, as one atomic group to re-apply.
+fn pad_records(e: &Engine, b: &Batch) -> Result<Vec<PendingRecord>> {
+    let payload = b.payload();
+    let mut off = 0usize;
+    let mut recs = Vec::new();
+    while off < payload.len() {
+        let (hd, k, _) = decode_record(&payload[off..])?;
+        let len = hd.total_len();
+        let mut bytes = payload[off..off + len].to_vec();
+        bytes[REC_FLAGS_AT] &= !REC_MORE;
+        recs.push(PendingRecord {
+            digest: e.digest(k),
+            bytes,
+            kind: RecordKind::Replay,
+        });
+        off += round_up(len, 8);
+    }
+    Ok(recs)
+}

@@ -1,0 +1,384 @@
+//! Reading a band segment by segment: the one scanner that recovery, GC,
+//! `check` and `trace_key` share.
+//!
+//! A band's slots hold segments written in order. Each starts with a header
+//! naming it (sequence number, pool) and ends with a summary and footer listing
+//! its records; records are self-checking and carry a tag derived from their
+//! segment's sequence number. The scanner reads a band in 4 MiB chunks and
+//! yields every segment it can make sense of with its records' summary entries:
+//! from the summary when header, summary and footer are valid, otherwise by
+//! parsing the records themselves.
+//!
+//! Damage costs only the damaged unit. A slot whose header does not decode is
+//! read with the sequence number it must hold (one more than the segment before
+//! it, at least the band's first) when records carrying that tag follow the
+//! header; and if nothing can be read there but a newer segment follows later
+//! in the band, the slots in between are reported as a gap (a write torn at a
+//! crash, or damage) and the scan goes on. Only when no newer segment follows
+//! does the band end there.
+
+use crate::device::{AlignedBuf, Device};
+use crate::error::{Error, Result};
+use crate::format::*;
+use crate::index::Digest;
+use crate::layout::{Layout, MAX_STRADDLE_PAD};
+use std::sync::Arc;
+
+/// How a segment's entries were obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// Header, summary and footer valid.
+    Summary,
+    /// Header valid; summary or footer missing or unreadable (a partly written
+    /// segment, a torn seal, or damage): records parsed one by one.
+    Parsed,
+    /// Header unreadable; records parsed with the sequence number the slot must hold.
+    HeaderDamaged,
+}
+
+/// One segment found in a band.
+pub(crate) struct Segment<'d> {
+    /// Slot within the band.
+    pub slot: u64,
+    /// Slots it spans.
+    pub nslots: u64,
+    /// Its sequence number.
+    pub seq: u64,
+    /// Its records, in placement order.
+    pub entries: Vec<SummaryEntry>,
+    /// End of its record area.
+    pub used: usize,
+    /// Where the entries came from.
+    pub source: Source,
+    /// The header's `prev_end` (0: unknown, or the header was damaged).
+    pub prev_end: u32,
+    /// The whole segment (`nslots` slots).
+    pub data: &'d [u8],
+}
+
+/// What the scanner reports, in slot order.
+pub(crate) enum Found<'d> {
+    /// A segment.
+    Segment(Segment<'d>),
+    /// Slots `[slot, slot + n)` hold nothing readable. `blank`: their first
+    /// block is zeros or a stale header (never written, or a write torn at a
+    /// crash); otherwise it looks damaged.
+    Gap { slot: u64, n: u64, blank: bool },
+}
+
+/// Where a scan stopped.
+pub(crate) struct ScanEnd {
+    /// First slot after the last segment (or gap) found.
+    pub end: u64,
+    /// Bytes read from the device.
+    pub bytes_read: u64,
+}
+
+/// Reads the slots of one band.
+pub(crate) struct BandScanner<'a> {
+    l: &'a Layout,
+    dev: &'a Arc<dyn Device>,
+    /// Device offset of slot 0.
+    base: u64,
+    tag: u64,
+    first_seq: u64,
+    digest: &'a dyn Fn(&[u8]) -> Digest,
+    chunk: AlignedBuf,
+    chunk_start: u64,
+    chunk_len: u64,
+    big: AlignedBuf,
+    bytes_read: u64,
+}
+
+/// Slots read at once (4 MiB).
+const CHUNK_BYTES: usize = 4 << 20;
+
+impl<'a> BandScanner<'a> {
+    /// A scanner of `band`, whose incarnation starts at segment `first_seq`.
+    pub fn new(
+        l: &'a Layout,
+        caps: &'a [Arc<dyn Device>],
+        tag: u64,
+        band: u32,
+        first_seq: u64,
+        digest: &'a dyn Fn(&[u8]) -> Digest,
+    ) -> BandScanner<'a> {
+        let (dev, off) = l.band_addr(band);
+        BandScanner {
+            l,
+            dev: &caps[dev],
+            base: off + l.geo.band_header_size as u64,
+            tag,
+            first_seq,
+            digest,
+            chunk: AlignedBuf::new(0),
+            chunk_start: 0,
+            chunk_len: 0,
+            big: AlignedBuf::new(0),
+            bytes_read: 0,
+        }
+    }
+
+    /// Scan slots `from..until`, calling `f` for every segment and gap in slot
+    /// order. With `to_end`, the scan ends at the last segment a newer one does
+    /// not follow (recovery: the band's write frontier); otherwise everything
+    /// up to `until` is expected to be written (GC, check), and unreadable
+    /// slots at the end are reported as a gap.
+    pub fn scan(
+        &mut self,
+        from: u64,
+        until: u64,
+        to_end: bool,
+        f: &mut dyn FnMut(Found<'_>) -> Result<()>,
+    ) -> Result<ScanEnd> {
+        let mut i = from;
+        let mut last_seq = 0u64;
+        while i < until {
+            if let Some((seq, k)) = self.valid_header(i, last_seq)? {
+                let seg = self.read_segment(i, seq, k)?;
+                last_seq = seq;
+                i += k;
+                f(Found::Segment(seg))?;
+                continue;
+            }
+            let next = self.next_valid(i + 1, until, last_seq)?;
+            if let Some(seg) = self.damaged_header(i, last_seq, next, until)? {
+                last_seq = seg.seq;
+                i += seg.nslots;
+                f(Found::Segment(seg))?;
+                continue;
+            }
+            let blank = self.looks_blank(i, last_seq)?;
+            match next {
+                Some((j, _)) => {
+                    f(Found::Gap {
+                        slot: i,
+                        n: j - i,
+                        blank,
+                    })?;
+                    i = j;
+                }
+                None if to_end => break,
+                None => {
+                    f(Found::Gap {
+                        slot: i,
+                        n: until - i,
+                        blank,
+                    })?;
+                    i = until;
+                }
+            }
+        }
+        Ok(ScanEnd {
+            end: i,
+            bytes_read: self.bytes_read,
+        })
+    }
+
+    /// The band's last segment before slot `end` (its sequence number, and
+    /// whether its last record carries MORE), or `None` if no valid header ends
+    /// exactly there.
+    pub fn last_segment(&mut self, end: u64) -> Result<Option<(u64, bool)>> {
+        for j in (end.saturating_sub(self.l.slots_per_band)..end).rev() {
+            if let Some((seq, k)) = self.valid_header(j, 0)? {
+                if j + k != end {
+                    return Ok(None);
+                }
+                let seg = self.read_segment(j, seq, k)?;
+                let more = seg.entries.last().is_some_and(|e| e.more);
+                return Ok(Some((seq, more)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// `(seq, slots)` of a valid header of this pool's current incarnation at
+    /// slot `i`, newer than `last_seq`.
+    fn valid_header(&mut self, i: u64, last_seq: u64) -> Result<Option<(u64, u64)>> {
+        let spb = self.l.slots_per_band;
+        let h = SegmentHeader::decode(self.slots(i, 1)?);
+        Ok(h.and_then(|h| {
+            let k = h.nslots.max(1) as u64;
+            let ok = h.pool_tag == self.tag
+                && h.segment_seq >= self.first_seq
+                && h.segment_seq > last_seq
+                && i + k <= spb;
+            ok.then_some((h.segment_seq, k))
+        }))
+    }
+
+    /// The first slot in `from..until` with a valid header, and its seq.
+    fn next_valid(&mut self, from: u64, until: u64, last_seq: u64) -> Result<Option<(u64, u64)>> {
+        for j in from..until {
+            if let Some((seq, _)) = self.valid_header(j, last_seq)? {
+                return Ok(Some((j, seq)));
+            }
+        }
+        Ok(None)
+    }
+
+    fn read_segment(&mut self, i: u64, seq: u64, k: u64) -> Result<Segment<'_>> {
+        let tag = self.tag;
+        let digest = self.digest;
+        let data = self.slots(i, k)?;
+        let summary = decode_footer(data)
+            .filter(|f| f.segment_seq == seq && f.pool_tag == tag)
+            .and_then(|f| decode_summary(data, &f).ok().map(|e| (e, f.data_len)));
+        let (entries, used, source) = match summary {
+            Some((e, used)) => (e, used as usize, Source::Summary),
+            None => {
+                let (e, used) = parse_records(data, seq, digest);
+                (e, used, Source::Parsed)
+            }
+        };
+        let prev_end = SegmentHeader::decode(data).map_or(0, |h| h.prev_end);
+        Ok(Segment {
+            slot: i,
+            nslots: k,
+            seq,
+            entries,
+            used,
+            source,
+            prev_end,
+            data,
+        })
+    }
+
+    /// A slot whose header does not decode but whose records carry the tag of a
+    /// sequence number it may hold: after `last_seq` (and not before the band's
+    /// first), before the next valid segment's (`next`).
+    fn damaged_header(
+        &mut self,
+        i: u64,
+        last_seq: u64,
+        next: Option<(u64, u64)>,
+        until: u64,
+    ) -> Result<Option<Segment<'_>>> {
+        let first = self.slots(i, 1)?;
+        let Some(h) = peek_record(&first[SEG_HEADER..]) else {
+            return Ok(None);
+        };
+        let lo = self.first_seq.max(last_seq + 1);
+        let hi = match next {
+            Some((_, seq)) => seq,
+            None => lo.saturating_add(until - i),
+        };
+        let Some(seq) = (lo..hi).find(|&c| seg_tag(c) == h.seg_tag) else {
+            return Ok(None);
+        };
+        let k = self.l.own_slots(h.total_len()).unwrap_or(1);
+        if i + k > self.l.slots_per_band || next.is_some_and(|(j, _)| i + k > j) {
+            return Ok(None);
+        }
+        let digest = self.digest;
+        let data = self.slots(i, k)?;
+        let (entries, used) = parse_records(data, seq, digest);
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Segment {
+            slot: i,
+            nslots: k,
+            seq,
+            entries,
+            used,
+            source: Source::HeaderDamaged,
+            prev_end: 0,
+            data,
+        }))
+    }
+
+    /// Whether slot `i`'s header area is zeros or a stale header (never written
+    /// in this incarnation) rather than garbage (damage).
+    fn looks_blank(&mut self, i: u64, last_seq: u64) -> Result<bool> {
+        let (tag, first) = (self.tag, self.first_seq);
+        let b = &self.slots(i, 1)?[..SEG_HEADER];
+        if b.iter().all(|&x| x == 0) {
+            return Ok(true);
+        }
+        Ok(SegmentHeader::decode(b).is_some_and(|h| {
+            h.pool_tag != tag || h.segment_seq < first || h.segment_seq <= last_seq
+        }))
+    }
+
+    /// Slots `[i, i + k)`, from the current chunk or read.
+    fn slots(&mut self, i: u64, k: u64) -> Result<&[u8]> {
+        let seg = self.l.seg as usize;
+        if i >= self.chunk_start && i + k <= self.chunk_start + self.chunk_len {
+            let rel = (i - self.chunk_start) as usize * seg;
+            return Ok(&self.chunk[rel..rel + k as usize * seg]);
+        }
+        let per_chunk = (CHUNK_BYTES / seg).max(1) as u64;
+        if k <= per_chunk {
+            let n = per_chunk.min(self.l.slots_per_band - i).max(k);
+            if self.chunk.len() != n as usize * seg {
+                self.chunk = AlignedBuf::new(n as usize * seg);
+            }
+            self.read(i, n)?;
+            self.chunk_start = i;
+            self.chunk_len = n;
+            return Ok(&self.chunk[..k as usize * seg]);
+        }
+        let mut big = AlignedBuf::new(k as usize * seg);
+        let off = self.base + i * seg as u64;
+        self.dev
+            .read_at(&mut big, off)
+            .map_err(|e| Error::io(&self.dev.info().path, "reading a segment", e))?;
+        self.bytes_read += big.len() as u64;
+        self.big = big;
+        Ok(&self.big[..])
+    }
+
+    fn read(&mut self, i: u64, n: u64) -> Result<()> {
+        let seg = self.l.seg;
+        let off = self.base + i * seg;
+        self.dev
+            .read_at(&mut self.chunk, off)
+            .map_err(|e| Error::io(&self.dev.info().path, "reading segments", e))?;
+        self.bytes_read += n * seg;
+        Ok(())
+    }
+}
+
+/// Parse the records of a segment without a (valid) summary: records are
+/// self-checking and carry their segment's tag, so stale bytes from an earlier
+/// use of the slot are never taken for records. Returns the entries and the end
+/// of the last record.
+pub(crate) fn parse_records(
+    seg: &[u8],
+    seq: u64,
+    digest: &dyn Fn(&[u8]) -> Digest,
+) -> (Vec<SummaryEntry>, usize) {
+    let mut out = Vec::new();
+    let mut off = SEG_HEADER;
+    let mut end = SEG_HEADER;
+    let tag = seg_tag(seq);
+    let try_at = |o: usize| -> Option<(RecordHeader, Digest, usize)> {
+        let (h, k, _) = decode_record(seg.get(o..)?).ok()?;
+        (h.seg_tag == tag).then(|| (h, digest(k), h.total_len()))
+    };
+    while off + RECORD_HEADER <= seg.len() {
+        let found = try_at(off).map(|r| (off, r)).or_else(|| {
+            // Placement skips to the next 4 KiB page only over a short gap (the
+            // straddle rule); a longer gap is not the writer's and ends the parse.
+            let a = crate::device::round_up(off, 4096);
+            if a != off && a - off <= MAX_STRADDLE_PAD && a + RECORD_HEADER <= seg.len() {
+                try_at(a).map(|r| (a, r))
+            } else {
+                None
+            }
+        });
+        let Some((o, (h, d, len))) = found else { break };
+        out.push(SummaryEntry {
+            digest: d,
+            seq: h.seq,
+            offset: o as u32,
+            len: len as u32,
+            tombstone: h.flags & REC_TOMBSTONE != 0,
+            more: h.flags & REC_MORE != 0,
+        });
+        end = o + crate::device::round_up(len, 8);
+        off = end;
+    }
+    (out, end)
+}

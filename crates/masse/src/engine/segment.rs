@@ -1,0 +1,207 @@
+//! Segments in DRAM: the open segment records are merged into, and sealed
+//! segments waiting for the writer (paper §2.4).
+//!
+//! A segment is one slot (or, for a record larger than a slot, several) of a
+//! band: a header naming it, records, then a summary of their entries and a
+//! footer. Its final capacity-tier address is known when it is created, so a
+//! record's location is final the moment it is placed. Until the writer has
+//! made a segment durable, reads find its records here.
+
+use crate::device::AlignedBuf;
+use crate::format::{
+    encode_segment_tail, SegmentFooter, SegmentHeader, SummaryEntry, SEG_FOOTER, SEG_HEADER,
+    SUMMARY_ENTRY,
+};
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A segment held in DRAM: the open one and those queued for the writer.
+pub(crate) struct SegmentBuf {
+    pub size: usize,
+    pub slot: u64,
+    pub nslots: u32,
+    pub seq: u64,
+    pub band: u32,
+    pub data: RwLock<AlignedBuf>,
+}
+
+impl SegmentBuf {
+    /// A new segment of `nslots` slots of `seg` bytes at global `slot`, its header
+    /// written. `prev_end` is where the records of the segment before it ended.
+    pub fn new(
+        slot: u64,
+        nslots: u32,
+        seg: usize,
+        seq: u64,
+        band: u32,
+        pool_tag: u64,
+        prev_end: u32,
+    ) -> SegmentBuf {
+        let mut data = AlignedBuf::new(nslots as usize * seg);
+        SegmentHeader {
+            segment_seq: seq,
+            pool_tag,
+            nslots,
+            prev_end,
+        }
+        .encode_into(&mut data);
+        SegmentBuf {
+            size: data.len(),
+            slot,
+            nslots,
+            seq,
+            band,
+            data: RwLock::new(data),
+        }
+    }
+}
+
+/// A segment still taking records (or sealed but not yet handed to the writer).
+pub(crate) struct OpenSegment {
+    pub buf: Arc<SegmentBuf>,
+    pub used: usize,
+    pub entries: Vec<SummaryEntry>,
+    pub min_seq: u64,
+    pub max_seq: u64,
+    /// Bytes from the start already durable on the device (capacity-only partial flushes).
+    pub flushed: usize,
+}
+
+impl OpenSegment {
+    pub fn new(buf: Arc<SegmentBuf>) -> OpenSegment {
+        OpenSegment {
+            buf,
+            used: SEG_HEADER,
+            entries: Vec::new(),
+            min_seq: u64::MAX,
+            max_seq: 0,
+            flushed: 0,
+        }
+    }
+
+    /// Add a record's summary entry.
+    pub fn push(&mut self, e: SummaryEntry) {
+        self.min_seq = self.min_seq.min(e.seq);
+        self.max_seq = self.max_seq.max(e.seq);
+        self.entries.push(e);
+    }
+
+    /// Room left unused if this one-slot segment is sealed now.
+    pub fn seal_waste(&self, seg: usize) -> u64 {
+        seg.saturating_sub(self.used + self.entries.len() * SUMMARY_ENTRY + SEG_FOOTER) as u64
+    }
+
+    /// Write summary and footer: the segment takes no more records.
+    pub fn seal(&mut self, pool_tag: u64) {
+        let f = SegmentFooter {
+            segment_seq: self.buf.seq,
+            pool_tag,
+            nrec: self.entries.len() as u32,
+            nslots: self.buf.nslots,
+            data_len: self.used as u32,
+            min_seq: if self.entries.is_empty() {
+                0
+            } else {
+                self.min_seq
+            },
+            max_seq: self.max_seq,
+        };
+        let mut d = self.buf.data.write();
+        encode_segment_tail(&mut d, &self.entries, &f);
+    }
+
+    /// Where the summary starts (the first byte sealing writes).
+    pub fn summary_start(&self) -> usize {
+        self.buf.size - SEG_FOOTER - self.entries.len() * SUMMARY_ENTRY
+    }
+}
+
+/// Segments in DRAM by first slot: what reads look at before the device.
+#[derive(Default)]
+pub(crate) struct SegmentCache {
+    map: RwLock<HashMap<u64, Arc<SegmentBuf>>>,
+}
+
+impl SegmentCache {
+    pub fn insert(&self, b: Arc<SegmentBuf>) {
+        self.map.write().insert(b.slot, b);
+    }
+
+    /// The writer made these durable: reads go to the device from now on.
+    pub fn remove_all(&self, done: &[Arc<SegmentBuf>]) {
+        let mut m = self.map.write();
+        for b in done {
+            m.remove(&b.slot);
+        }
+    }
+
+    /// Every segment in DRAM.
+    pub fn all(&self) -> Vec<Arc<SegmentBuf>> {
+        self.map.read().values().cloned().collect()
+    }
+
+    pub fn get(&self, slot: u64) -> Option<Arc<SegmentBuf>> {
+        self.map.read().get(&slot).cloned()
+    }
+
+    pub fn contains(&self, slot: u64) -> bool {
+        self.map.read().contains_key(&slot)
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.read().len()
+    }
+
+    /// Oldest segment sequence number still in DRAM.
+    pub fn min_seq(&self) -> Option<u64> {
+        self.map.read().values().map(|b| b.seq).min()
+    }
+}
+
+/// Where the log is written next: the open segment, segments closed but not
+/// yet sealed, the next record and segment sequence numbers, and the open
+/// band with its next free slot. Held by the group-commit leader.
+pub(crate) struct WriteState {
+    pub open: Option<OpenSegment>,
+    pub to_seal: Vec<OpenSegment>,
+    pub next_seq: u64,
+    pub next_seg: u64,
+    pub cur_band: Option<u32>,
+    /// Next free slot in the open band, counted from the band's first.
+    pub next_sib: u64,
+    /// The segment closed last: its sequence number and the end of its
+    /// records (written into the next segment's header as `prev_end`).
+    pub last_closed: Option<(u64, u32)>,
+}
+
+impl WriteState {
+    /// Segment sequence numbers of this run start at `epoch << 40`.
+    pub fn new(epoch: u64) -> WriteState {
+        WriteState {
+            open: None,
+            to_seal: Vec::new(),
+            next_seq: 1,
+            next_seg: epoch << 40,
+            cur_band: None,
+            next_sib: 0,
+            last_closed: None,
+        }
+    }
+
+    /// A segment takes no more records: queue it for sealing and remember
+    /// where its records end, for the next segment's header.
+    pub fn close_segment(&mut self, o: OpenSegment) {
+        self.last_closed = Some((o.buf.seq, o.used as u32));
+        self.to_seal.push(o);
+    }
+
+    /// `prev_end` for the header of segment `seq`: where the segment before
+    /// it ended, if that was the one closed last.
+    pub fn prev_end(&self, seq: u64) -> u32 {
+        match self.last_closed {
+            Some((s, end)) if s + 1 == seq => end,
+            _ => 0,
+        }
+    }
+}
