@@ -11,7 +11,7 @@ use crate::device::round_up;
 use crate::engine::check::{self, CheckReport};
 use crate::engine::request::{Outcome, PendingRecord, RecordKind, Req, WriteClass};
 use crate::engine::state::Engine;
-use crate::engine::status::{BandStatus, StatusTable};
+use crate::engine::status::BandStatus;
 use crate::engine::{checkpoint, gc, maintenance, recovery, report, writer};
 use crate::error::{Error, Result};
 use crate::format::*;
@@ -421,10 +421,7 @@ impl Db {
         let e = &self.engine;
         let open = {
             let ws = e.write_state.lock();
-            ws.open.as_ref().map(|o| {
-                let room = StatusTable::open_room(o.buf.size, o.used, o.entries.len());
-                (o.buf.slot, room)
-            })
+            ws.open.as_ref().map(|o| (o.buf.slot, o.room_left()))
         };
         let bt = e.bands.lock();
         e.status.rows(&bt.bands, open)

@@ -40,8 +40,6 @@ fn ratio(a: f64, b: u64) -> f64 {
 
 /// A snapshot of the engine's counters (`Db::stats`).
 pub(crate) fn stats(e: &Engine) -> Stats {
-    let c = &e.counters;
-    let user = ld(&c.user_bytes);
     let bands_free = e.bands.lock().free_count();
     let devices = device_stats(e);
     let cap_written: u64 = devices
@@ -54,7 +52,6 @@ pub(crate) fn stats(e: &Engine) -> Stats {
     let ibytes = e.index.memory_bytes() as u64;
     let mut s = Stats {
         mode: e.pool.geo.mode.name(),
-        host_write_amplification: ratio(cap_written as f64, user),
         bands_total: e.layout.bands,
         bands_free,
         band_size: e.pool.geo.band_size,
@@ -76,6 +73,8 @@ pub(crate) fn stats(e: &Engine) -> Stats {
         ..Stats::default()
     };
     copy_counters(e, &mut s);
+    // From the same snapshot of user bytes that `user_bytes_written` reports.
+    s.host_write_amplification = ratio(cap_written as f64, s.user_bytes_written);
     s
 }
 

@@ -7,7 +7,7 @@
 //! are handed the leadership.
 
 use crate::device::round_up;
-use crate::format::Loc;
+use crate::format::{retag_record, Loc, REC_FLAGS_AT, REC_SEQ_AT};
 use crate::index::Digest;
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
@@ -187,8 +187,7 @@ impl RequestQueue {
 /// Rewrite seq, flags and seg tag of an encoded record and recompute its crc:
 /// the leader stamps each record once its place is known.
 pub(crate) fn stamp(rec: &mut [u8], seg_tag: u32, seq: u64, flags: u8) {
-    rec[crate::format::REC_SEQ_AT..crate::format::REC_SEQ_AT + 8]
-        .copy_from_slice(&seq.to_le_bytes());
-    rec[crate::format::REC_FLAGS_AT] = flags;
-    crate::format::retag_record(rec, seg_tag);
+    rec[REC_SEQ_AT..REC_SEQ_AT + 8].copy_from_slice(&seq.to_le_bytes());
+    rec[REC_FLAGS_AT] = flags;
+    retag_record(rec, seg_tag);
 }

@@ -111,6 +111,13 @@ impl OpenSegment {
         encode_segment_tail(&mut d, &self.entries, &f);
     }
 
+    /// Room left for one more record's bytes: its summary entry and the footer
+    /// must fit too (an exactly full segment has none left).
+    pub fn room_left(&self) -> u32 {
+        let meta = (self.entries.len() + 1) * SUMMARY_ENTRY + SEG_FOOTER;
+        self.buf.size.saturating_sub(self.used + meta) as u32
+    }
+
     /// Where the summary starts (the first byte sealing writes).
     pub fn summary_start(&self) -> usize {
         self.buf.size - SEG_FOOTER - self.entries.len() * SUMMARY_ENTRY

@@ -9,7 +9,7 @@
 //! commit that changed it has finished, which is all its readers need.
 
 use super::band::{BandInfo, BandState};
-use crate::format::{Loc, SEG_FOOTER, SUMMARY_ENTRY};
+use crate::format::Loc;
 use crate::layout::{Layout, MAX_STRADDLE_PAD};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU32, AtomicU64};
@@ -204,12 +204,6 @@ impl StatusTable {
                 }
             })
             .collect()
-    }
-
-    /// Room left in a segment for one more record's bytes: its summary entry and
-    /// the footer must fit too (an exactly full segment has none left).
-    pub fn open_room(size: usize, used: usize, entries: usize) -> u32 {
-        size.saturating_sub(used + (entries + 1) * SUMMARY_ENTRY + SEG_FOOTER) as u32
     }
 }
 
