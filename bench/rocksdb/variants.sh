@@ -176,7 +176,7 @@ check_options() {  # variant db fast_sst_dir fill_stdout
     if [ "$1" = tiered ]; then
         grep -q "db_paths in effect: $3 " "$4" && grep "db_paths in effect" "$4" | sed 's/^/  /' \
             || { echo "MISSING: db_paths in effect ($3)"; missing=1; }
-        echo "SST files on the fast tier after the fill: $(find "$3" -name '*.sst' | wc -l) ($(du -sb "$3" | cut -f1) bytes); on the capacity tier: $(find "$2" -name '*.sst' | wc -l) ($(find "$2" -name '*.sst' -printf '%s\n' | awk '{s+=$1} END{print s+0}') bytes)"
+        echo "SST files on the fast tier after the fill: $(find "$3" -name '*.sst' | wc -l) ($(du -sb "$3" | cut -f1) bytes); on the capacity tier: $(find "$2" -name '*.sst' | wc -l) ($(find "$2" -name '*.sst' -printf '%s\n' | awk '{s+=$1} END{printf "%.0f\n", s}') bytes)"
     fi
     return $missing
 }
