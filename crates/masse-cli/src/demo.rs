@@ -11,6 +11,7 @@ use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use masse::format::record_footprint;
 use masse::{Db, Options, Stats, MAX_KEY_LEN, MAX_VALUE_LEN};
+use masse_cli::keydist::{KeyDist, KeyGen, DEFAULT_THETA};
 use masse_cli::qos::Latency as Lat;
 use masse_cli::rng::{mix64, SplitMix64};
 use masse_cli::units::fmt_bytes;
@@ -106,6 +107,16 @@ pub struct DemoArgs {
     #[arg(long, value_name = "F", conflicts_with = "capacity_size")]
     pub utilization: Option<f64>,
 
+    /// Distribution of the keys the read, overwrite and readwrite phases pick: uniform, or
+    /// zipfian (YCSB's skew: popularity ∝ 1/rank^--zipf-theta, hot keys scattered over the
+    /// key space) to measure skewed churn. Each thread draws over the keys it owns.
+    #[arg(long, value_enum, value_name = "DIST", default_value = "uniform")]
+    pub key_dist: KeyDist,
+
+    /// θ of --key-dist zipfian (0 = uniform; YCSB's default 0.99).
+    #[arg(long, value_name = "THETA", default_value_t = DEFAULT_THETA)]
+    pub zipf_theta: f64,
+
     /// Seed of the per-thread random generators and of the values.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -196,6 +207,8 @@ struct Ctx<'a> {
     value_size: usize,
     seed: u64,
     read_percent: u8,
+    key_dist: KeyDist,
+    zipf_theta: f64,
     abort: AtomicBool,
 }
 
@@ -477,7 +490,18 @@ impl Ctx<'_> {
         };
         let owned = self.owned(t);
         let (lo, hi) = self.range(t);
-        let rand_key = |rng: &mut SplitMix64| t as u64 + self.threads as u64 * rng.below(owned);
+        // Uniform draws stay the multiply-shift ones the demo always made.
+        let zipf = (self.key_dist == KeyDist::Zipfian)
+            .then(|| KeyGen::new(KeyDist::Zipfian, owned, self.zipf_theta))
+            .transpose()
+            .map_err(CliError::new)?;
+        let rand_key = |rng: &mut SplitMix64| {
+            let j = match &zipf {
+                Some(g) => g.next(rng),
+                None => rng.below(owned),
+            };
+            t as u64 + self.threads as u64 * j
+        };
         match phase {
             Phase::Fill | Phase::Verify | Phase::Delete => {
                 for k in lo..hi {
@@ -614,6 +638,8 @@ struct Workload {
     phases: Vec<Phase>,
     duration_secs: Option<f64>,
     read_percent: u8,
+    key_dist: KeyDist,
+    zipf_theta: Option<f64>,
     seed: u64,
     record_bytes: u64,
     data_bytes: u64,
@@ -662,6 +688,8 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
     if a.phases.is_empty() {
         return Err(CliError::new("--phases is empty"));
     }
+    KeyGen::new(a.key_dist, a.num, a.zipf_theta)
+        .map_err(|e| CliError::new(format!("--zipf-theta: {e}")))?;
     let num =
         usize::try_from(a.num).map_err(|_| CliError::new("--num is too large for this machine"))?;
 
@@ -707,13 +735,17 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
     out(format!("machine   {}", machine.to_line()));
     let phases: Vec<&str> = a.phases.iter().map(|p| p.name()).collect();
     out(format!(
-        "workload  {} keys of {key_size} bytes, values of {value_size} bytes ({} of records); {} threads; phases {}; seed {}{}",
+        "workload  {} keys of {key_size} bytes, values of {value_size} bytes ({} of records); {} threads; phases {}; seed {}{}{}",
         a.num,
         fmt_bytes(data),
         a.threads,
         phases.join(","),
         a.seed,
-        a.duration.map(|d| format!("; overwrite/readwrite for {d} s")).unwrap_or_default()
+        a.duration.map(|d| format!("; overwrite/readwrite for {d} s")).unwrap_or_default(),
+        match a.key_dist {
+            KeyDist::Uniform => String::new(),
+            KeyDist::Zipfian => format!("; zipfian keys, theta {}", a.zipf_theta),
+        }
     ));
 
     let opts = Options {
@@ -757,6 +789,8 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
             phases: a.phases.clone(),
             duration_secs: a.duration,
             read_percent: a.read_percent,
+            key_dist: a.key_dist,
+            zipf_theta: (a.key_dist == KeyDist::Zipfian).then_some(a.zipf_theta),
             seed: a.seed,
             record_bytes: rec,
             data_bytes: data,
@@ -782,6 +816,8 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
         value_size,
         seed: a.seed,
         read_percent: a.read_percent,
+        key_dist: a.key_dist,
+        zipf_theta: a.zipf_theta,
         abort: AtomicBool::new(false),
     };
     out("phases    (MB = 10^6 bytes of keys and values; latency per operation)");

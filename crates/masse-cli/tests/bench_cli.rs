@@ -295,3 +295,64 @@ fn multireadrandom_reads_db_benchs_keys_in_batches() {
     assert_eq!(per, num * threads as u64);
     assert_eq!(j["config"]["batch_size"], batch);
 }
+
+/// `--key_dist=zipfian`: the fill stays db_bench's uniform draws, the reads after it draw
+/// YCSB-skewed keys — exactly the keys `KeyGen` predicts from the same generator, so
+/// thread 0's "found" count matches a replay, and it differs from the uniform count.
+#[test]
+fn zipfian_reads_draw_the_predicted_skewed_keys() {
+    use masse_cli::keydist::{KeyDist, KeyGen};
+    let dir = scratch();
+    let json = dir.path().join("report.json");
+    let (num, seed) = (20_000u64, 11u64);
+    let o = Command::new(MASSE)
+        .args(["bench", "--benchmarks=fillrandom,readrandom", "--threads=1"])
+        .arg(format!("--num={num}"))
+        .arg(format!("--seed={seed}"))
+        .args(["--key_dist=zipfian", "--zipf_theta=0.99", "--fast-size=64M"])
+        .arg("--dir")
+        .arg(dir.path())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run masse bench");
+    let out = String::from_utf8_lossy(&o.stdout);
+    eprintln!(
+        "stdout:\n{out}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(0), "masse bench failed");
+    assert!(
+        out.contains("--key_dist=zipfian --zipf_theta=0.99"),
+        "workload line"
+    );
+
+    let mut seeds = Seeds::new(seed);
+    let mut live = HashSet::new();
+    let mut key = [0u8; 16];
+    let mut r = Mt64::new(seeds.next_threads(1)[0]);
+    for _ in 0..num {
+        fmt_key(&mut key, r.next_key(num));
+        live.insert(key);
+    }
+    let g = KeyGen::new(KeyDist::Zipfian, num, 0.99).expect("zipfian");
+    let mut r = Mt64::new(seeds.next_threads(1)[0]);
+    let (mut found, mut distinct) = (0u64, HashSet::new());
+    for _ in 0..num {
+        let _db = r.next_u64();
+        fmt_key(&mut key, g.next(&mut r));
+        distinct.insert(key);
+        found += u64::from(live.contains(&key));
+    }
+    let sums: Vec<Summary> = out.lines().filter_map(Summary::parse).collect();
+    assert_eq!(sums[1].found(), Some((found, num)), "{}", sums[1].line());
+    // Skewed: 20000 zipfian draws touch far fewer distinct keys than uniform's ~63 %.
+    assert!(
+        distinct.len() < num as usize / 2,
+        "{} distinct",
+        distinct.len()
+    );
+    let j: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("report is JSON");
+    assert_eq!(j["config"]["key_dist"], "zipfian");
+}

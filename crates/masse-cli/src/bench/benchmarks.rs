@@ -6,6 +6,7 @@ use crate::workload::{new_hist, run_threads, Progress, Ticker};
 use hdrhistogram::Histogram;
 use masse::Db;
 use masse_cli::dbbench::{fmt_key, Mt64, Summary};
+use masse_cli::keydist::KeyGen;
 use masse_cli::rng::SplitMix64;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -92,6 +93,24 @@ pub struct Spec {
     pub readwritepercent: u32,
     /// Seconds per interval of the time series.
     pub interval: f64,
+    /// Zipfian key draws (`--key_dist=zipfian`) for every benchmark but the fills;
+    /// `None`: db_bench's uniform draws.
+    pub skew: Option<KeyGen>,
+}
+
+impl Spec {
+    /// The key number of the next random operation. Zipfian draws still take
+    /// db_bench's database-picking draw first, so a thread's stream of draws
+    /// keeps its shape whatever the distribution.
+    fn next_key(&self, rng: &mut Mt64) -> u64 {
+        match (&self.skew, self.bench) {
+            (Some(g), b) if !b.fresh_db() => {
+                let _db = rng.next_u64();
+                g.next(rng)
+            }
+            _ => rng.next_key(self.num),
+        }
+    }
 }
 
 /// What one benchmark measured.
@@ -286,7 +305,7 @@ impl Ctx<'_> {
             }
             let k = match b {
                 Bench::Fillseq => i % sp.num.max(1),
-                _ => rng.next_key(sp.num),
+                _ => sp.next_key(&mut rng),
             };
             fmt_key(&mut key, k);
             // What to do: rrwr mixes in batches of 100, reads first, as db_bench does.
@@ -387,7 +406,11 @@ impl Ctx<'_> {
         while !self.over(now, tl.ops + b - 1, sp.reads) {
             let _db = rng.next_u64();
             for k in keys.iter_mut() {
-                fmt_key(k, rng.next_u64() % sp.num.max(1));
+                let n = match &sp.skew {
+                    Some(g) => g.next(&mut rng),
+                    None => rng.next_u64() % sp.num.max(1),
+                };
+                fmt_key(k, n);
             }
             let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
             let t0 = Instant::now();

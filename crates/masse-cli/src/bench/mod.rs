@@ -18,6 +18,7 @@ use clap::Args;
 use masse::format::record_footprint;
 use masse::{Db, Options, Stats, MAX_KEY_LEN, MAX_VALUE_LEN};
 use masse_cli::dbbench::Seeds;
+use masse_cli::keydist::{KeyDist, KeyGen, DEFAULT_THETA};
 use masse_cli::rng::SplitMix64;
 use masse_cli::units::{fmt_bytes, parse_count};
 use report::{cpu_secs, proc_status_bytes, BenchReport, EngineDelta};
@@ -58,7 +59,9 @@ Keys are drawn and formatted as db_bench 7.8 does (its 64-bit Mersenne Twister s
 with --seed + the thread's number; the key number in big-endian binary, padded with
 '0' to --key_size), so with the same --seed the same keys are read and written and
 \"found\" counts match db_bench's. To fill N keys as db_bench does: --benchmarks=fillrandom
---threads=1 --num=N.
+--threads=1 --num=N. With --key_dist=zipfian the benchmarks after the fill draw keys
+with YCSB's skew instead (popularity ∝ 1/rank^--zipf_theta, hot keys scattered over
+[0, num)); db_bench has no such flag, so those runs have no RocksDB counterpart here.
 
 Pools (--db): tiered (default: fast tier in /dev/shm, capacity tier under --dir or
 $TMPDIR or /var/tmp), capacity-only, scm-only (one device in /dev/shm); temporary files
@@ -136,6 +139,22 @@ pub struct BenchArgs {
     /// Seed base of the per-thread generators (0 = derived from the time, printed).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+
+    /// Distribution of the keys the random benchmarks (not the fills) read, write and
+    /// delete: uniform (db_bench's) or zipfian (YCSB's skew, hot keys scattered over the
+    /// key space; --zipf_theta sets the skew). Fills stay uniform, so there is data to skew over.
+    #[arg(
+        long = "key_dist",
+        alias = "key-dist",
+        value_enum,
+        value_name = "DIST",
+        default_value = "uniform"
+    )]
+    pub key_dist: KeyDist,
+
+    /// θ of --key_dist=zipfian: key popularity ∝ 1/rank^θ (0 = uniform; YCSB's 0.99).
+    #[arg(long = "zipf_theta", alias = "zipf-theta", value_name = "THETA", default_value_t = DEFAULT_THETA)]
+    pub zipf_theta: f64,
 
     /// Also print each operation's histogram in db_bench's format.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", default_value = "false", value_parser = bool_arg)]
@@ -229,6 +248,8 @@ struct Config {
     readwritepercent: u32,
     batch_size: u64,
     seed: u64,
+    key_dist: KeyDist,
+    zipf_theta: f64,
     use_existing_db: bool,
     db: String,
     fast: Option<PathBuf>,
@@ -438,8 +459,12 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
     out(format!("command   {command}"));
     out(format!("machine   {}", machine.to_line()));
     out(format!(
-        "workload  --benchmarks={} --num={} --key_size={} --value_size={} --threads={} --duration={} --reads={} --writes={} --readwritepercent={} --batch_size={} --seed={}",
-        a.benchmarks, a.num, a.key_size, a.value_size, a.threads, a.duration, a.reads, a.writes, a.readwritepercent, a.batch_size, seed
+        "workload  --benchmarks={} --num={} --key_size={} --value_size={} --threads={} --duration={} --reads={} --writes={} --readwritepercent={} --batch_size={} --seed={}{}",
+        a.benchmarks, a.num, a.key_size, a.value_size, a.threads, a.duration, a.reads, a.writes, a.readwritepercent, a.batch_size, seed,
+        match a.key_dist {
+            KeyDist::Uniform => String::new(),
+            KeyDist::Zipfian => format!(" --key_dist=zipfian --zipf_theta={}", a.zipf_theta),
+        }
     ));
     let opts = || Options {
         expected_keys: usize::try_from(a.num).unwrap_or(usize::MAX),
@@ -528,6 +553,12 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
             readwritepercent: a.readwritepercent,
             batch: a.batch_size,
             interval: a.report_interval_seconds,
+            skew: match a.key_dist {
+                KeyDist::Uniform => None,
+                KeyDist::Zipfian => Some(
+                    KeyGen::new(KeyDist::Zipfian, a.num, a.zipf_theta).map_err(CliError::new)?,
+                ),
+            },
         };
         let n = a.threads + usize::from(b == Bench::Readwhilewriting);
         let thread_seeds = seeds.next_threads(n);
@@ -586,6 +617,8 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
             readwritepercent: a.readwritepercent,
             batch_size: a.batch_size,
             seed,
+            key_dist: a.key_dist,
+            zipf_theta: a.zipf_theta,
             use_existing_db: a.use_existing_db,
             db: a.db.clone(),
             fast: wh.place.fast.clone(),
