@@ -355,4 +355,22 @@ fn zipfian_reads_draw_the_predicted_skewed_keys() {
     let j: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("report is JSON");
     assert_eq!(j["config"]["key_dist"], "zipfian");
+
+    // A θ Zipf cannot take is refused before any pool file is made.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let o = Command::new(MASSE)
+        .args([
+            "bench",
+            "--key_dist=zipfian",
+            "--zipf_theta=-1",
+            "--num=1000",
+        ])
+        .arg("--dir")
+        .arg(&empty)
+        .output()
+        .expect("run masse bench");
+    assert_eq!(o.status.code(), Some(2), "bad theta accepted");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("zipf_theta"));
+    assert_eq!(std::fs::read_dir(&empty).expect("dir").count(), 0);
 }

@@ -448,6 +448,9 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
     } else {
         a.seed
     };
+    // A bad --zipf_theta is refused before any pool file is made.
+    KeyGen::new(a.key_dist, a.num, a.zipf_theta)
+        .map_err(|e| CliError::new(format!("--zipf_theta: {e}")))?;
     let rec = record_footprint(a.key_size, a.value_size);
     let data = a.num * rec;
     let mut wh = place_pool(a, data)?;
