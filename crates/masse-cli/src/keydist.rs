@@ -77,36 +77,29 @@ pub fn scatter(rank: u64, n: u64) -> u64 {
     ((rank as u128 * P) % n.max(1) as u128) as u64
 }
 
-impl rand_core::TryRng for SplitMix64 {
-    type Error = Infallible;
-    fn try_next_u32(&mut self) -> Result<u32, Infallible> {
-        Ok((self.next_u64() >> 32) as u32)
-    }
-    fn try_next_u64(&mut self) -> Result<u64, Infallible> {
-        Ok(self.next_u64())
-    }
-    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
-        self.fill(dst);
-        Ok(())
-    }
-}
-
-impl rand_core::TryRng for Mt64 {
-    type Error = Infallible;
-    fn try_next_u32(&mut self) -> Result<u32, Infallible> {
-        Ok((self.next_u64() >> 32) as u32)
-    }
-    fn try_next_u64(&mut self) -> Result<u64, Infallible> {
-        Ok(self.next_u64())
-    }
-    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
-        for c in dst.chunks_mut(8) {
-            let b = self.next_u64().to_le_bytes();
-            c.copy_from_slice(&b[..c.len()]);
+/// Both of the CLI's generators serve `rand_distr` (rand_core's infallible `TryRng`
+/// is what makes a type an `Rng`): 64 bits per draw, the high half for 32.
+macro_rules! try_rng_from_next_u64 {
+    ($($t:ty),*) => {$(
+        impl rand_core::TryRng for $t {
+            type Error = Infallible;
+            fn try_next_u32(&mut self) -> Result<u32, Infallible> {
+                Ok((self.next_u64() >> 32) as u32)
+            }
+            fn try_next_u64(&mut self) -> Result<u64, Infallible> {
+                Ok(self.next_u64())
+            }
+            fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
+                for c in dst.chunks_mut(8) {
+                    let b = self.next_u64().to_le_bytes();
+                    c.copy_from_slice(&b[..c.len()]);
+                }
+                Ok(())
+            }
         }
-        Ok(())
-    }
+    )*};
 }
+try_rng_from_next_u64!(SplitMix64, Mt64);
 
 #[cfg(test)]
 mod tests {
