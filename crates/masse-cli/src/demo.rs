@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use masse::format::record_footprint;
 use masse::{Db, Options, Stats, MAX_KEY_LEN, MAX_VALUE_LEN};
-use masse_cli::keydist::{KeyDist, KeyGen, DEFAULT_THETA};
+use masse_cli::keydist::{KeyDist, Zipfian, DEFAULT_THETA};
 use masse_cli::qos::Latency as Lat;
 use masse_cli::rng::{mix64, SplitMix64};
 use masse_cli::units::fmt_bytes;
@@ -492,7 +492,7 @@ impl Ctx<'_> {
         let (lo, hi) = self.range(t);
         // Uniform draws stay the multiply-shift ones the demo always made.
         let zipf = (self.key_dist == KeyDist::Zipfian)
-            .then(|| KeyGen::new(KeyDist::Zipfian, owned, self.zipf_theta))
+            .then(|| Zipfian::new(owned, self.zipf_theta))
             .transpose()
             .map_err(CliError::new)?;
         let rand_key = |rng: &mut SplitMix64| {
@@ -688,8 +688,10 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
     if a.phases.is_empty() {
         return Err(CliError::new("--phases is empty"));
     }
-    KeyGen::new(a.key_dist, a.num, a.zipf_theta)
-        .map_err(|e| CliError::new(format!("--zipf-theta: {e}")))?;
+    if a.key_dist == KeyDist::Zipfian {
+        Zipfian::new(a.num, a.zipf_theta)
+            .map_err(|e| CliError::new(format!("--zipf-theta: {e}")))?;
+    }
     let num =
         usize::try_from(a.num).map_err(|_| CliError::new("--num is too large for this machine"))?;
 

@@ -27,45 +27,32 @@ pub enum KeyDist {
 /// θ of YCSB's zipfian request distribution (`ZipfianGenerator.ZIPFIAN_CONSTANT`).
 pub const DEFAULT_THETA: f64 = 0.99;
 
-/// Draws key numbers in `[0, n)` with one of the [`KeyDist`]s.
+/// Draws zipfian key numbers in `[0, n)` ([`KeyDist::Zipfian`]; uniform draws stay
+/// each tool's own: db_bench's in `masse bench`, multiply-shift in `masse demo`).
 #[derive(Clone, Debug)]
-pub struct KeyGen {
+pub struct Zipfian {
     n: u64,
-    zipf: Option<Zipf<f64>>,
+    zipf: Zipf<f64>,
 }
 
-impl KeyGen {
-    /// A generator over `[0, n)`; `theta` is used by [`KeyDist::Zipfian`] only
-    /// and must lie in `[0, 10]` (0 is uniform, 0.99 YCSB's default).
-    pub fn new(dist: KeyDist, n: u64, theta: f64) -> Result<KeyGen, String> {
+impl Zipfian {
+    /// A generator over `[0, n)`; `theta` must lie in `[0, 10]` (0 is uniform,
+    /// 0.99 YCSB's default).
+    pub fn new(n: u64, theta: f64) -> Result<Zipfian, String> {
         let n = n.max(1);
-        let zipf = match dist {
-            KeyDist::Uniform => None,
-            KeyDist::Zipfian => {
-                if !(0.0..=10.0).contains(&theta) {
-                    return Err(format!("zipfian theta must lie in [0, 10], not {theta}"));
-                }
-                let z = Zipf::new(n as f64, theta)
-                    .map_err(|e| format!("zipfian over {n} keys with theta {theta}: {e}"))?;
-                Some(z)
-            }
-        };
-        Ok(KeyGen { n, zipf })
-    }
-
-    /// The next key number. Uniform draws are one `next_u64` modulo `n`
-    /// (db_bench's way, so `masse bench` keeps drawing db_bench's keys).
-    pub fn next<R: rand_core::Rng>(&self, rng: &mut R) -> u64 {
-        match &self.zipf {
-            None => rng.next_u64() % self.n,
-            Some(z) => scatter(self.rank(z, rng), self.n),
+        if !(0.0..=10.0).contains(&theta) {
+            return Err(format!("zipfian theta must lie in [0, 10], not {theta}"));
         }
+        let zipf = Zipf::new(n as f64, theta)
+            .map_err(|e| format!("zipfian over {n} keys with theta {theta}: {e}"))?;
+        Ok(Zipfian { n, zipf })
     }
 
-    fn rank<R: rand_core::Rng>(&self, z: &Zipf<f64>, rng: &mut R) -> u64 {
+    /// The next key number: a popularity rank, scattered over the key space.
+    pub fn next<R: rand_core::Rng>(&self, rng: &mut R) -> u64 {
         // Samples lie in [1, n] (as floats); clamp against rounding at 2^53+.
-        let x = z.sample(rng);
-        (x as u64).clamp(1, self.n) - 1
+        let rank = (self.zipf.sample(rng) as u64).clamp(1, self.n) - 1;
+        scatter(rank, self.n)
     }
 }
 
@@ -118,22 +105,13 @@ mod tests {
         }
     }
 
-    #[test]
-    fn uniform_draws_are_db_bench_draws() {
-        let g = KeyGen::new(KeyDist::Uniform, 1000, DEFAULT_THETA).expect("gen");
-        let (mut a, mut b) = (SplitMix64::new(9), SplitMix64::new(9));
-        for _ in 0..100 {
-            assert_eq!(g.next(&mut a), b.next_u64() % 1000);
-        }
-    }
-
     /// With θ = 0.99 over 10^4 keys, the hottest key takes ≈ 1/H(10^4, 0.99) ≈ 10 %
     /// of the draws and the hottest 1 % of keys about half; uniform would give 0.01 %
     /// and 1 %. Fails if the draw is not skewed (or skewed the wrong way).
     #[test]
     fn zipfian_is_skewed_as_zipf_says() {
         let n = 10_000u64;
-        let g = KeyGen::new(KeyDist::Zipfian, n, DEFAULT_THETA).expect("gen");
+        let g = Zipfian::new(n, DEFAULT_THETA).expect("gen");
         let mut rng = SplitMix64::new(3);
         let mut count = vec![0u64; n as usize];
         let draws = 400_000;
@@ -161,10 +139,9 @@ mod tests {
 
     #[test]
     fn bad_theta_is_an_error() {
-        assert!(KeyGen::new(KeyDist::Zipfian, 10, -1.0).is_err());
-        assert!(KeyGen::new(KeyDist::Zipfian, 10, f64::NAN).is_err());
-        assert!(KeyGen::new(KeyDist::Uniform, 10, f64::NAN).is_ok());
-        let g = KeyGen::new(KeyDist::Zipfian, 1, DEFAULT_THETA).expect("one key");
+        assert!(Zipfian::new(10, -1.0).is_err());
+        assert!(Zipfian::new(10, f64::NAN).is_err());
+        let g = Zipfian::new(1, DEFAULT_THETA).expect("one key");
         assert_eq!(g.next(&mut SplitMix64::new(1)), 0);
     }
 }

@@ -297,11 +297,11 @@ fn multireadrandom_reads_db_benchs_keys_in_batches() {
 }
 
 /// `--key_dist=zipfian`: the fill stays db_bench's uniform draws, the reads after it draw
-/// YCSB-skewed keys — exactly the keys `KeyGen` predicts from the same generator, so
+/// YCSB-skewed keys — exactly the keys `Zipfian` predicts from the same generator, so
 /// thread 0's "found" count matches a replay, and it differs from the uniform count.
 #[test]
 fn zipfian_reads_draw_the_predicted_skewed_keys() {
-    use masse_cli::keydist::{KeyDist, KeyGen};
+    use masse_cli::keydist::Zipfian;
     let dir = scratch();
     let json = dir.path().join("report.json");
     let (num, seed) = (20_000u64, 11u64);
@@ -335,7 +335,7 @@ fn zipfian_reads_draw_the_predicted_skewed_keys() {
         fmt_key(&mut key, r.next_key(num));
         live.insert(key);
     }
-    let g = KeyGen::new(KeyDist::Zipfian, num, 0.99).expect("zipfian");
+    let g = Zipfian::new(num, 0.99).expect("zipfian");
     let mut r = Mt64::new(seeds.next_threads(1)[0]);
     let (mut found, mut distinct) = (0u64, HashSet::new());
     for _ in 0..num {

@@ -6,7 +6,7 @@ use crate::workload::{new_hist, run_threads, Progress, Ticker};
 use hdrhistogram::Histogram;
 use masse::Db;
 use masse_cli::dbbench::{fmt_key, Mt64, Summary};
-use masse_cli::keydist::KeyGen;
+use masse_cli::keydist::Zipfian;
 use masse_cli::rng::SplitMix64;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -95,7 +95,7 @@ pub struct Spec {
     pub interval: f64,
     /// Zipfian key draws (`--key_dist=zipfian`) for every benchmark but the fills;
     /// `None`: db_bench's uniform draws.
-    pub skew: Option<KeyGen>,
+    pub skew: Option<Zipfian>,
 }
 
 impl Spec {

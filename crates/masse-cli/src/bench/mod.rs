@@ -18,7 +18,7 @@ use clap::Args;
 use masse::format::record_footprint;
 use masse::{Db, Options, Stats, MAX_KEY_LEN, MAX_VALUE_LEN};
 use masse_cli::dbbench::Seeds;
-use masse_cli::keydist::{KeyDist, KeyGen, DEFAULT_THETA};
+use masse_cli::keydist::{KeyDist, Zipfian, DEFAULT_THETA};
 use masse_cli::rng::SplitMix64;
 use masse_cli::units::{fmt_bytes, parse_count};
 use report::{cpu_secs, proc_status_bytes, BenchReport, EngineDelta};
@@ -449,8 +449,10 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
         a.seed
     };
     // A bad --zipf_theta is refused before any pool file is made.
-    KeyGen::new(a.key_dist, a.num, a.zipf_theta)
-        .map_err(|e| CliError::new(format!("--zipf_theta: {e}")))?;
+    if a.key_dist == KeyDist::Zipfian {
+        Zipfian::new(a.num, a.zipf_theta)
+            .map_err(|e| CliError::new(format!("--zipf_theta: {e}")))?;
+    }
     let rec = record_footprint(a.key_size, a.value_size);
     let data = a.num * rec;
     let mut wh = place_pool(a, data)?;
@@ -558,9 +560,7 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
             interval: a.report_interval_seconds,
             skew: match a.key_dist {
                 KeyDist::Uniform => None,
-                KeyDist::Zipfian => Some(
-                    KeyGen::new(KeyDist::Zipfian, a.num, a.zipf_theta).map_err(CliError::new)?,
-                ),
+                KeyDist::Zipfian => Some(Zipfian::new(a.num, a.zipf_theta).map_err(CliError::new)?),
             },
         };
         let n = a.threads + usize::from(b == Bench::Readwhilewriting);
