@@ -10,7 +10,7 @@ use crate::workload::{count_arg, new_hist, out, run_threads, write_json, Progres
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use masse::format::record_footprint;
-use masse::{Db, Options, Stats, MAX_KEY_LEN, MAX_VALUE_LEN};
+use masse::{Db, GcPolicy, Options, Stats, MAX_KEY_LEN, MAX_VALUE_LEN};
 use masse_cli::keydist::{KeyDist, Zipfian, DEFAULT_THETA};
 use masse_cli::qos::Latency as Lat;
 use masse_cli::rng::{mix64, SplitMix64};
@@ -18,6 +18,25 @@ use masse_cli::units::fmt_bytes;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::time::{Duration, Instant};
+
+/// `masse::GcPolicy` on the command line.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GcPolicyArg {
+    /// The band that wins back the most space.
+    Greedy,
+    /// (1 − u) · age / (1 + u): old bands' free space counts for more.
+    CostBenefit,
+}
+
+impl From<GcPolicyArg> for GcPolicy {
+    fn from(p: GcPolicyArg) -> GcPolicy {
+        match p {
+            GcPolicyArg::CostBenefit => GcPolicy::CostBenefit,
+            GcPolicyArg::Greedy => GcPolicy::Greedy,
+        }
+    }
+}
 
 /// One step of the demo workload.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -116,6 +135,11 @@ pub struct DemoArgs {
     /// θ of --key-dist zipfian (0 = uniform; YCSB's default 0.99).
     #[arg(long, value_name = "THETA", default_value_t = DEFAULT_THETA)]
     pub zipf_theta: f64,
+
+    /// How GC picks the band to empty: greedy (the most space won) or cost-benefit
+    /// (LFS: space won × age over the cost of moving the band).
+    #[arg(long, value_enum, value_name = "POLICY", default_value = "greedy")]
+    pub gc_policy: GcPolicyArg,
 
     /// Seed of the per-thread random generators and of the values.
     #[arg(long, default_value_t = 1)]
@@ -225,6 +249,9 @@ struct Tally {
     all: Histogram<u64>,
     rd: Histogram<u64>,
     wr: Histogram<u64>,
+    /// Reads (readwrite phase) during which a GC pass was running, and the rest.
+    rd_gc: Histogram<u64>,
+    rd_quiet: Histogram<u64>,
 }
 
 impl Tally {
@@ -242,6 +269,8 @@ impl Tally {
             all: new_hist(3)?,
             rd: new_hist(3)?,
             wr: new_hist(3)?,
+            rd_gc: new_hist(3)?,
+            rd_quiet: new_hist(3)?,
         })
     }
     fn bad(&mut self, msg: String) {
@@ -266,6 +295,8 @@ impl Tally {
         self.all.add(&o.all).map_err(e)?;
         self.rd.add(&o.rd).map_err(e)?;
         self.wr.add(&o.wr).map_err(e)?;
+        self.rd_gc.add(&o.rd_gc).map_err(e)?;
+        self.rd_quiet.add(&o.rd_quiet).map_err(e)?;
         Ok(())
     }
 }
@@ -288,6 +319,10 @@ pub struct PhaseReport {
     pub latency_us: Lat,
     pub read_latency_us: Option<Lat>,
     pub write_latency_us: Option<Lat>,
+    /// Readwrite reads while a GC pass ran (at their start or end), and the others:
+    /// how much GC costs the reads of the same run.
+    pub read_latency_during_gc_us: Option<Lat>,
+    pub read_latency_without_gc_us: Option<Lat>,
 }
 
 impl PhaseReport {
@@ -395,15 +430,21 @@ impl Ctx<'_> {
     ) -> CliResult<()> {
         fmt_key(key, k);
         let v = self.versions[k as usize].load(Relaxed);
+        let gc_before = rw && self.db.activity().gc;
         let t0 = Instant::now();
         let got = self
             .db
             .get(key)
             .map_err(|e| CliError::new(format!("get of key {} failed: {e}", self.key_name(k))))?;
-        let ns = t0.elapsed().as_nanos() as u64;
-        tl.all.saturating_record(ns.max(1));
+        let ns = t0.elapsed().as_nanos().max(1) as u64;
+        tl.all.saturating_record(ns);
         if rw {
-            tl.rd.saturating_record(ns.max(1));
+            tl.rd.saturating_record(ns);
+            if gc_before || self.db.activity().gc {
+                tl.rd_gc.saturating_record(ns);
+            } else {
+                tl.rd_quiet.saturating_record(ns);
+            }
         }
         tl.reads += 1;
         tl.bytes += key.len() as u64;
@@ -609,6 +650,9 @@ impl Ctx<'_> {
             latency_us: Lat::of(&tally.all),
             read_latency_us: (phase == Phase::Readwrite).then(|| Lat::of(&tally.rd)),
             write_latency_us: (phase == Phase::Readwrite).then(|| Lat::of(&tally.wr)),
+            read_latency_during_gc_us: (phase == Phase::Readwrite).then(|| Lat::of(&tally.rd_gc)),
+            read_latency_without_gc_us: (phase == Phase::Readwrite)
+                .then(|| Lat::of(&tally.rd_quiet)),
         })
     }
 }
@@ -640,6 +684,7 @@ struct Workload {
     read_percent: u8,
     key_dist: KeyDist,
     zipf_theta: Option<f64>,
+    gc_policy: GcPolicyArg,
     seed: u64,
     record_bytes: u64,
     data_bytes: u64,
@@ -737,7 +782,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
     out(format!("machine   {}", machine.to_line()));
     let phases: Vec<&str> = a.phases.iter().map(|p| p.name()).collect();
     out(format!(
-        "workload  {} keys of {key_size} bytes, values of {value_size} bytes ({} of records); {} threads; phases {}; seed {}{}{}",
+        "workload  {} keys of {key_size} bytes, values of {value_size} bytes ({} of records); {} threads; phases {}; seed {}{}{}{}",
         a.num,
         fmt_bytes(data),
         a.threads,
@@ -747,11 +792,16 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
         match a.key_dist {
             KeyDist::Uniform => String::new(),
             KeyDist::Zipfian => format!("; zipfian keys, theta {}", a.zipf_theta),
+        },
+        match a.gc_policy {
+            GcPolicyArg::CostBenefit => "; cost-benefit GC",
+            GcPolicyArg::Greedy => "",
         }
     ));
 
     let opts = Options {
         expected_keys: num,
+        gc_policy: a.gc_policy.into(),
         ..Options::default()
     };
     let t0 = Instant::now();
@@ -793,6 +843,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
             read_percent: a.read_percent,
             key_dist: a.key_dist,
             zipf_theta: (a.key_dist == KeyDist::Zipfian).then_some(a.zipf_theta),
+            gc_policy: a.gc_policy,
             seed: a.seed,
             record_bytes: rec,
             data_bytes: data,
@@ -835,10 +886,21 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
             }
         };
         out(r.line());
-        if let (Some(rl), Some(wl)) = (&r.read_latency_us, &r.write_latency_us) {
-            for (what, l) in [("reads", rl), ("writes", wl)] {
+        if let (Some(rl), Some(wl), Some(gl), Some(ql)) = (
+            &r.read_latency_us,
+            &r.write_latency_us,
+            &r.read_latency_during_gc_us,
+            &r.read_latency_without_gc_us,
+        ) {
+            let rows = [
+                ("reads", rl),
+                ("writes", wl),
+                ("reads while GC ran", gl),
+                ("reads without GC", ql),
+            ];
+            for (what, l) in rows {
                 out(format!(
-                    "  {what:<8} {:>10} ops {:>39}latency µs: avg {:.1} p50 {:.1} p99 {:.1} p99.9 {:.1} p99.99 {:.1} max {:.1}",
+                    "  {what:<18} {:>10} ops {:>29}latency µs: avg {:.1} p50 {:.1} p99 {:.1} p99.9 {:.1} p99.99 {:.1} max {:.1}",
                     l.count, "", l.avg, l.p50, l.p99, l.p999, l.p9999, l.max
                 ));
             }

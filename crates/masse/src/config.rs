@@ -145,6 +145,21 @@ impl PoolConfig {
     }
 }
 
+/// How GC picks the band to empty (design.md §9.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GcPolicy {
+    /// The band that wins back the most space, the oldest on a tie. The
+    /// default: cost-benefit measured no better while GC moves and user
+    /// writes share bands (docs/benchmarks.md, "Overwrite churn").
+    #[default]
+    Greedy,
+    /// LFS's cost-benefit: the band with the highest `(1 − u) · age / (1 + u)`,
+    /// `u` its live share, `age` the bands written since it was sealed. Space
+    /// freed in a band whose records have stayed put is worth more: it stays
+    /// free, while a young band's records are still dying on their own.
+    CostBenefit,
+}
+
 /// Runtime tuning; none of it is persisted.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -152,6 +167,8 @@ pub struct Options {
     pub checkpoint_interval: u64,
     /// Start GC when free bands drop to this many (0 = automatic: max(4, bands/16)).
     pub gc_low_bands: u32,
+    /// How GC picks the band to empty.
+    pub gc_policy: GcPolicy,
     /// Largest group-commit batch in bytes.
     pub max_batch_bytes: usize,
     /// Expected number of keys (pre-sizes the index).
@@ -169,6 +186,7 @@ impl Default for Options {
         Options {
             checkpoint_interval: 4 << 30,
             gc_low_bands: 0,
+            gc_policy: GcPolicy::default(),
             max_batch_bytes: 1 << 20,
             expected_keys: 0,
             histograms: true,

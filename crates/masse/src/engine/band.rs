@@ -46,12 +46,18 @@ pub(crate) struct BandInfo {
     pub written_slots: u64,
     /// Segments created in this band not yet durable.
     pub inflight: u32,
+    /// [`BandTable::clock`] when the band was sealed: its age for GC's
+    /// cost-benefit victim choice.
+    pub sealed_at: u64,
 }
 
 /// Every band's state and the free list (under [`Bands`]' lock).
 pub(crate) struct BandTable {
     pub bands: Vec<BandInfo>,
     pub free: VecDeque<u32>,
+    /// Bands opened so far: the log's clock, in bands written. Not persisted;
+    /// recovery dates the bands it finds by their order ([`Self::date_by_order`]).
+    pub clock: u64,
 }
 
 impl BandTable {
@@ -62,6 +68,7 @@ impl BandTable {
     /// Take the next free band and mark it open for segments from `first_seq` on.
     pub fn open_next(&mut self, first_seq: u64) -> Option<u32> {
         let b = self.free.pop_front()?;
+        self.clock += 1;
         let info = &mut self.bands[b as usize];
         info.state = BandState::Open;
         info.first_seq = first_seq;
@@ -72,9 +79,29 @@ impl BandTable {
 
     /// The open band takes no more segments.
     pub fn seal(&mut self, b: u32) {
-        if self.bands[b as usize].state == BandState::Open {
-            self.bands[b as usize].state = BandState::Sealed;
+        let info = &mut self.bands[b as usize];
+        if info.state == BandState::Open {
+            info.state = BandState::Sealed;
+            info.sealed_at = self.clock;
         }
+    }
+
+    /// Bands written since band `b` was sealed (at least 1).
+    pub fn age(&self, b: usize) -> u64 {
+        self.clock.saturating_sub(self.bands[b].sealed_at).max(1)
+    }
+
+    /// After recovery: date the bands in use as if they had been written one
+    /// after another in log order (their `first_seq`), the newest sealed now.
+    pub fn date_by_order(&mut self) {
+        let mut used: Vec<usize> = (0..self.bands.len())
+            .filter(|&b| self.bands[b].state != BandState::Free)
+            .collect();
+        used.sort_by_key(|&b| self.bands[b].first_seq);
+        for (rank, &b) in used.iter().enumerate() {
+            self.bands[b].sealed_at = rank as u64 + 1;
+        }
+        self.clock = used.len() as u64;
     }
 
     /// A band GC emptied: free again (its header already says so).
@@ -116,11 +143,13 @@ impl Bands {
             first_seq: 0,
             written_slots: 0,
             inflight: 0,
+            sealed_at: 0,
         };
         Bands {
             table: Mutex::new(BandTable {
                 bands: vec![info; n],
                 free: VecDeque::new(),
+                clock: 0,
             }),
             space_cv: Condvar::new(),
         }

@@ -1,8 +1,10 @@
 //! Band garbage collection (paper §2.6).
 //!
-//! A pass picks the sealed band with the most invalid bytes (oldest first on a
-//! tie), reads its segments sequentially, and re-submits every record the index
-//! still points at through the normal write path: persisted to the fast-tier pad
+//! A pass picks a sealed band by cost-benefit (LFS: space won × age over the
+//! cost of reading the band and writing its live share) or greedily (the most
+//! space won), per `Options::gc_policy`; reads its segments sequentially, and
+//! re-submits every record the index still points at through the normal write
+//! path: persisted to the fast-tier pad
 //! (the GC write pad) and merged into the open segment. Once all moves are
 //! acknowledged the band holds nothing live; the writer marks it free, TRIMs it
 //! and returns it to the free list. Tombstones are moved too, unless no band
@@ -13,6 +15,7 @@ use super::request::{PendingRecord, RecordKind, Req, WriteClass};
 use super::scanner::{BandScanner, Found};
 use super::state::{ActiveFlag, Engine};
 use super::writer_jobs::{Waiter, WriterJob};
+use crate::config::GcPolicy;
 use crate::device::round_up;
 use crate::error::{Error, Result};
 use crate::format::*;
@@ -156,9 +159,9 @@ pub(crate) fn gc_pass(e: &Engine, urgent: bool) -> Result<GcOutcome> {
     }
 }
 
-/// The sealed band with the most reclaimable space (oldest first on a tie),
-/// marked as the victim; `None` if no band is worth it (or, unless `urgent`,
-/// free bands are not low).
+/// The sealed band GC should empty next by `Options::gc_policy` (the oldest
+/// on a tie), marked as the victim; `None` if no band is worth it (or, unless
+/// `urgent`, free bands are not low).
 fn choose_victim(e: &Engine, urgent: bool) -> Option<u32> {
     let payload = e.layout.band_payload();
     // Choose under the write state: a group commit applies its records to the
@@ -173,7 +176,7 @@ fn choose_victim(e: &Engine, urgent: bool) -> Option<u32> {
     // start a pass whose moves would not fit: with no room its moves would
     // stall and the band could not be freed anyway.
     let room = bt.free_count() as u64 * payload + e.admission_cursor(&ws).band_left * e.layout.seg;
-    let mut best: Option<(u64, u64, u32)> = None;
+    let mut best: Option<(f64, u64, u32)> = None;
     for (i, b) in bt.bands.iter().enumerate() {
         if b.state != BandState::Sealed || b.inflight > 0 {
             continue;
@@ -185,17 +188,30 @@ fn choose_victim(e: &Engine, urgent: bool) -> Option<u32> {
         if dead < min_gain(e) || cost > room {
             continue;
         }
+        let score = victim_score(e.opts.gc_policy, payload, cost, bt.age(i));
         let better = match best {
             None => true,
-            Some((d, fs, _)) => dead > d || (dead == d && b.first_seq < fs),
+            Some((s, fs, _)) => score > s || (score == s && b.first_seq < fs),
         };
         if better {
-            best = Some((dead, b.first_seq, i as u32));
+            best = Some((score, b.first_seq, i as u32));
         }
     }
     let (_, _, v) = best?;
     bt.bands[v as usize].state = BandState::Victim;
     Some(v)
+}
+
+/// How much GC wants a band whose live records would take `cost` of its
+/// `payload` if rewritten, `age` bands after it was sealed.
+fn victim_score(policy: GcPolicy, payload: u64, cost: u64, age: u64) -> f64 {
+    let u = cost as f64 / payload as f64;
+    match policy {
+        GcPolicy::Greedy => 1.0 - u,
+        // LFS: benefit (space won, weighted by how long it is likely to stay
+        // free) over cost (the band is read whole, its live share written).
+        GcPolicy::CostBenefit => (1.0 - u) * age as f64 / (1.0 + u),
+    }
 }
 
 /// The victim holds nothing live: have the writer write its free header, TRIM

@@ -553,6 +553,7 @@ fn restore_state(
                 }
             }
         }
+        bt.date_by_order();
         if let Some(b) = newest.filter(|&b| !hdrs.inferred[b as usize]) {
             if rp.written[b as usize] < l.slots_per_band {
                 bt.bands[b as usize].state = BandState::Open;
