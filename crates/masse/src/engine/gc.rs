@@ -269,7 +269,9 @@ fn relocate_band(e: &Engine, band: u32) -> Result<bool> {
     let first = e.layout.first_slot(band);
     let mut mv = Mover::new(e, min_seq_elsewhere(e, band));
     let dig = |k: &[u8]| e.digest(k);
-    let mut sc = BandScanner::new(&e.layout, &e.pool.caps, e.tag, band, first_seq, &dig);
+    // One segment per read, so user gets never queue behind a band-sized transfer.
+    let mut sc = BandScanner::new(&e.layout, &e.pool.caps, e.tag, band, first_seq, &dig)
+        .with_chunk_bytes(e.layout.seg as usize);
     let end = sc.scan(0, written, false, &mut |f| {
         if let Found::Segment(s) = f {
             for se in &s.entries {

@@ -84,13 +84,15 @@ pub(crate) struct BandScanner<'a> {
     first_seq: u64,
     digest: &'a dyn Fn(&[u8]) -> Digest,
     chunk: AlignedBuf,
+    /// Bytes read at once (rounded down to whole segments, at least one).
+    chunk_bytes: usize,
     chunk_start: u64,
     chunk_len: u64,
     big: AlignedBuf,
     bytes_read: u64,
 }
 
-/// Slots read at once (4 MiB).
+/// Slots read at once by default (4 MiB).
 const CHUNK_BYTES: usize = 4 << 20;
 
 impl<'a> BandScanner<'a> {
@@ -112,11 +114,21 @@ impl<'a> BandScanner<'a> {
             first_seq,
             digest,
             chunk: AlignedBuf::new(0),
+            chunk_bytes: CHUNK_BYTES,
             chunk_start: 0,
             chunk_len: 0,
             big: AlignedBuf::new(0),
             bytes_read: 0,
         }
+    }
+
+    /// Read `bytes` at a time instead of 4 MiB (one segment at least). GC
+    /// reads one segment at a time: the disk serves a read as one request up
+    /// to its `max_sectors_kb` (4 MiB here), and a user's 4 KiB get queued
+    /// behind a 4 MiB transfer waits milliseconds.
+    pub fn with_chunk_bytes(mut self, bytes: usize) -> Self {
+        self.chunk_bytes = bytes;
+        self
     }
 
     /// Scan slots `from..until`, calling `f` for every segment and gap in slot
@@ -308,7 +320,7 @@ impl<'a> BandScanner<'a> {
             let rel = (i - self.chunk_start) as usize * seg;
             return Ok(&self.chunk[rel..rel + k as usize * seg]);
         }
-        let per_chunk = (CHUNK_BYTES / seg).max(1) as u64;
+        let per_chunk = (self.chunk_bytes / seg).max(1) as u64;
         if k <= per_chunk {
             let n = per_chunk.min(self.l.slots_per_band - i).max(k);
             if self.chunk.len() != n as usize * seg {
