@@ -92,6 +92,9 @@ fn temp_dir_in(base: &Path, prefix: &str) -> CliResult<tempfile::TempDir> {
 
 pub const MIB: u64 = 1 << 20;
 
+/// Segments a band must hold at least (the engine refuses fewer).
+const MIN_BAND_SEGS: u64 = 8;
+
 pub fn round_up(x: u64, a: u64) -> u64 {
     x.div_ceil(a) * a
 }
@@ -113,16 +116,17 @@ fn size_for_utilization(data: u64, util: f64, geo: &GeometryArgs, has_fast: bool
     let seg = match geo.segment_size {
         Some(s) => s,
         None => {
-            // Smaller segments for small data sets, so there can be 64+ bands of 4+ segments.
+            // Smaller segments for small data sets, so there can be 64+ bands of
+            // 8+ segments (the least a band may hold, pool.rs).
             let mut s: u64 = 256 << 10;
-            while s > (8 << 10).max(iu) && target / (4 * s) < 64 {
+            while s > (8 << 10).max(iu) && target / (MIN_BAND_SEGS * s) < 64 {
                 s /= 2;
             }
             s
         }
     };
     let band = geo.band_size.unwrap_or_else(|| {
-        let k = (target / 128 / seg).clamp(4, (64 * MIB / seg).max(4));
+        let k = (target / 128 / seg).clamp(MIN_BAND_SEGS, (64 * MIB / seg).max(MIN_BAND_SEGS));
         k * seg + iu
     });
     let payload = ((band.saturating_sub(iu)) / seg).max(1) * seg;
