@@ -364,7 +364,7 @@ impl Db {
     /// Run one GC pass now (normally GC runs by itself). Returns whether a band was freed.
     pub fn gc_once(&self) -> Result<bool> {
         Ok(matches!(
-            gc::gc_pass(&self.engine, true)?,
+            gc::gc_pass(&self.engine, gc::Pass::OnDemand)?,
             gc::GcOutcome::Freed { .. }
         ))
     }

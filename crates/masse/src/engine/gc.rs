@@ -22,6 +22,19 @@ use crate::format::*;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
+/// Why a GC pass runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pass {
+    /// The maintenance thread: only below the low watermark, by `Options::gc_policy`.
+    Background,
+    /// `Db::gc_once`: regardless of the watermark, by `Options::gc_policy`.
+    OnDemand,
+    /// A writer is waiting for space: regardless of the watermark, and greedy,
+    /// since it needs the most space now rather than the best long-run choice
+    /// (an old band barely above `min_gain` can outscore a half-dead young one).
+    ForSpace,
+}
+
 /// What a GC pass did.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum GcOutcome {
@@ -69,7 +82,7 @@ pub(crate) fn wait_for_space(e: &Engine, class: WriteClass, lens: &[usize]) -> R
                 "timed out waiting for GC to free space".into(),
             ));
         }
-        match gc_pass(e, true)? {
+        match gc_pass(e, Pass::ForSpace)? {
             GcOutcome::Freed { net, .. } => {
                 // Freeing a band only to fill as much again with its moved records
                 // means the pool is full of live data. Judged by the pass's own moves:
@@ -124,8 +137,8 @@ pub(crate) fn wait_for_space(e: &Engine, class: WriteClass, lens: &[usize]) -> R
     }
 }
 
-/// One GC pass (serialised by `gc_lock`). `urgent` ignores the watermark.
-pub(crate) fn gc_pass(e: &Engine, urgent: bool) -> Result<GcOutcome> {
+/// One GC pass (serialised by `gc_lock`).
+pub(crate) fn gc_pass(e: &Engine, why: Pass) -> Result<GcOutcome> {
     // An open iterator holds the GC lock for its whole life; a writer stalled
     // behind it (perhaps on the iterator's own thread) must not wait forever.
     let _g = loop {
@@ -139,7 +152,7 @@ pub(crate) fn gc_pass(e: &Engine, urgent: bool) -> Result<GcOutcome> {
         }
     };
     let _active = ActiveFlag::set(&e.gc_active);
-    let Some(victim) = choose_victim(e, urgent) else {
+    let Some(victim) = choose_victim(e, why) else {
         return Ok(GcOutcome::NoVictim);
     };
     let room_before = e.gc_room_used.load(Relaxed);
@@ -159,19 +172,23 @@ pub(crate) fn gc_pass(e: &Engine, urgent: bool) -> Result<GcOutcome> {
     }
 }
 
-/// The sealed band GC should empty next by `Options::gc_policy` (the oldest
-/// on a tie), marked as the victim; `None` if no band is worth it (or, unless
-/// `urgent`, free bands are not low).
-fn choose_victim(e: &Engine, urgent: bool) -> Option<u32> {
+/// The sealed band GC should empty next (the oldest on a tie), marked as the
+/// victim; `None` if no band is worth it (or, for a background pass, free
+/// bands are not low).
+fn choose_victim(e: &Engine, why: Pass) -> Option<u32> {
     let payload = e.layout.band_payload();
     // Choose under the write state: a group commit applies its records to the
     // index only after their segment may already be durable (capacity-only
     // mode), so a band is judged only once no group is half-applied.
     let ws = e.write_state.lock();
     let mut bt = e.bands.lock();
-    if !urgent && bt.free_count() >= low_watermark(e) {
+    if why == Pass::Background && bt.free_count() >= low_watermark(e) {
         return None;
     }
+    let policy = match why {
+        Pass::ForSpace => GcPolicy::Greedy,
+        _ => e.opts.gc_policy,
+    };
     // GC may use every free band (its class keeps no reserve), but never
     // start a pass whose moves would not fit: with no room its moves would
     // stall and the band could not be freed anyway.
@@ -188,7 +205,7 @@ fn choose_victim(e: &Engine, urgent: bool) -> Option<u32> {
         if dead < min_gain(e) || cost > room {
             continue;
         }
-        let score = victim_score(e.opts.gc_policy, payload, cost, bt.age(i));
+        let score = victim_score(policy, payload, cost, bt.age(i));
         let better = match best {
             None => true,
             Some((s, fs, _)) => score > s || (score == s && b.first_seq < fs),
@@ -392,7 +409,8 @@ fn straddling_start(e: &Engine, first_seq: u64, mv: &mut Mover<'_>) -> Result<()
         return Ok(());
     };
     let dig = |k: &[u8]| e.digest(k);
-    let mut sc = BandScanner::new(&e.layout, &e.pool.caps, e.tag, band, band_first, &dig);
+    let mut sc = BandScanner::new(&e.layout, &e.pool.caps, e.tag, band, band_first, &dig)
+        .with_chunk_bytes(e.layout.seg as usize);
     // Usually the band's last segment ends with a whole group: one segment read.
     match sc.last_segment(written)? {
         Some((seq, more)) if seq != prev_seq || !more => return Ok(()),

@@ -6,7 +6,7 @@
 //! watermark. A checkpoint is written once `checkpoint_interval` bytes have
 //! reached the capacity tier since the last one.
 
-use super::gc::{gc_pass, low_watermark, GcOutcome};
+use super::gc::{gc_pass, low_watermark, GcOutcome, Pass};
 use super::state::Engine;
 use crate::error::Error;
 use std::sync::atomic::Ordering::Relaxed;
@@ -48,7 +48,7 @@ fn collect(e: &Engine) {
         if free >= low_watermark(e) || *e.stop.0.lock() {
             break;
         }
-        match gc_pass(e, false) {
+        match gc_pass(e, Pass::Background) {
             Ok(GcOutcome::Freed { .. }) => {}
             Ok(GcOutcome::NoVictim) => break,
             Err(err) => {

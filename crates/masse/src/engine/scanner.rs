@@ -4,10 +4,11 @@
 //! A band's slots hold segments written in order. Each starts with a header
 //! naming it (sequence number, pool) and ends with a summary and footer listing
 //! its records; records are self-checking and carry a tag derived from their
-//! segment's sequence number. The scanner reads a band in 4 MiB chunks and
-//! yields every segment it can make sense of with its records' summary entries:
-//! from the summary when header, summary and footer are valid, otherwise by
-//! parsing the records themselves.
+//! segment's sequence number. The scanner reads a band in 4 MiB chunks (GC:
+//! one segment at a time, see `with_chunk_bytes`) and yields every segment it
+//! can make sense of with its records' summary entries: from the summary when
+//! header, summary and footer are valid, otherwise by parsing the records
+//! themselves.
 //!
 //! Damage costs only the damaged unit. A slot whose header does not decode is
 //! read with the sequence number it must hold (one more than the segment before

@@ -9,6 +9,7 @@
 //! commit that changed it has finished, which is all its readers need.
 
 use super::band::{BandInfo, BandState};
+use crate::device::round_up;
 use crate::format::Loc;
 use crate::layout::{Layout, MAX_STRADDLE_PAD};
 use std::sync::atomic::Ordering::Relaxed;
@@ -148,14 +149,18 @@ impl StatusTable {
         let pad_per_rec = self.band_pad[band]
             .load(Relaxed)
             .checked_div(placed)
-            // Unknown after a restart: twice the expectation. A record of
-            // L ≤ 4 KiB lands across a block boundary with odds L/4096, a gap
-            // g ~ U(0, L) before it, and is padded only when g ≤ 512: E =
-            // min(L, 512)² / 8192. (Half the worst case, L/2, made a band of
-            // 248-byte records 30 % dead look 98 % full after a restart.)
+            // Unknown after a restart: the padding of records of the average
+            // size placed in a row (exact for fixed sizes), and at least twice
+            // the expectation over random offsets for mixed sizes — a record of
+            // L ≤ 4 KiB crosses a block boundary with odds L/4096, the gap g
+            // before it is ~U(0, L), and it is padded only when g ≤ 512, so
+            // E = min(L, 512)² / 8192. (Half the worst case, L/2, made a band
+            // of 248-byte records 30 % dead look 98 % full after a restart.)
             .unwrap_or_else(|| {
-                let l = (live / n).min(MAX_STRADDLE_PAD as u64);
-                l * l / 4096
+                let avg = live / n;
+                let l = avg.min(MAX_STRADDLE_PAD as u64);
+                let in_a_row = self.layout.straddle_pad(round_up(avg as usize, 8));
+                in_a_row.max(l * l / 4096)
             });
         self.band_live_room[band].load(Relaxed) + n * pad_per_rec + live / 64
     }
