@@ -109,37 +109,52 @@ fn demo_refuses_bad_arguments() {
     }
 }
 
-/// Zipfian overwrites and reads (--key-dist zipfian): every value still verifies, since
-/// each thread draws only over the keys it owns, and the report names the distribution.
-/// (The skew itself is checked in keydist.rs's unit tests and in bench_cli.rs.)
-#[test]
-fn demo_zipfian_overwrites_verify() {
+/// Run `masse demo` with `args` on temporary files (128 MiB fast tier), require
+/// success, and return its stdout and JSON report.
+fn run_demo(args: &[&str]) -> (String, serde_json::Value) {
     let dir = tempfile::tempdir().expect("temporary directory");
     let json = dir.path().join("report.json");
     let o = Command::new(MASSE)
-        .args(["demo", "--num", "20000", "--threads", "2"])
-        .args(["--phases", "fill,overwrite,readwrite,verify"])
-        .args(["--key-dist", "zipfian", "--fast-size", "128M", "--dir"])
+        .arg("demo")
+        .args(args)
+        .args(["--fast-size", "128M", "--dir"])
         .arg(dir.path().join("pool"))
         .arg("--json")
         .arg(&json)
         .output()
         .expect("run masse demo");
-    let out = String::from_utf8_lossy(&o.stdout);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
     eprintln!(
         "stdout:\n{out}\nstderr:\n{}",
         String::from_utf8_lossy(&o.stderr)
     );
     assert_eq!(o.status.code(), Some(0), "demo failed");
+    let j = serde_json::from_slice(&std::fs::read(&json).expect("JSON report written"))
+        .expect("report is JSON");
+    (out, j)
+}
+
+/// Zipfian overwrites and reads (--key-dist zipfian): every value still verifies, since
+/// each thread draws only over the keys it owns, and the report names the distribution.
+/// (The skew itself is checked in keydist.rs's unit tests and in bench_cli.rs.)
+#[test]
+fn demo_zipfian_overwrites_verify() {
+    let (out, j) = run_demo(&[
+        "--num",
+        "20000",
+        "--threads",
+        "2",
+        "--phases",
+        "fill,overwrite,readwrite,verify",
+        "--key-dist",
+        "zipfian",
+    ]);
     assert!(out.contains("zipfian keys, theta 0.99"), "workload line");
     let verify = out
         .lines()
         .find(|l| l.starts_with("verify "))
         .expect("verify line");
     assert!(verify.contains("found 20000/20000"), "{verify}");
-    let j: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("JSON report written"))
-            .expect("report is JSON");
     assert_eq!(j["workload"]["key_dist"], "zipfian");
     assert_eq!(j["workload"]["zipf_theta"], 0.99);
     assert_eq!(j["verified_ok"], true);
@@ -151,24 +166,18 @@ fn demo_zipfian_overwrites_verify() {
 /// over the run and every value still verifies.
 #[test]
 fn demo_churn_reports_reads_during_gc() {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let json = dir.path().join("report.json");
-    let o = Command::new(MASSE)
-        .args(["demo", "--num", "200000", "--threads", "2"])
-        .args(["--phases", "fill,overwrite,readwrite,verify"])
-        .args(["--utilization", "0.8", "--gc-policy", "cost-benefit"])
-        .args(["--fast-size", "128M", "--dir"])
-        .arg(dir.path().join("pool"))
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .expect("run masse demo");
-    let out = String::from_utf8_lossy(&o.stdout);
-    eprintln!(
-        "stdout:\n{out}\nstderr:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert_eq!(o.status.code(), Some(0), "demo failed");
+    let (out, j) = run_demo(&[
+        "--num",
+        "200000",
+        "--threads",
+        "2",
+        "--phases",
+        "fill,overwrite,readwrite,verify",
+        "--utilization",
+        "0.8",
+        "--gc-policy",
+        "cost-benefit",
+    ]);
     assert!(
         out.contains("cost-benefit GC"),
         "workload line names the policy"
@@ -176,9 +185,6 @@ fn demo_churn_reports_reads_during_gc() {
     for row in ["reads while GC ran", "reads without GC"] {
         assert!(out.contains(row), "readwrite lacks {row:?}");
     }
-    let j: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("JSON report written"))
-            .expect("report is JSON");
     assert_eq!(j["workload"]["gc_policy"], "cost-benefit");
     let rw = &j["phases"][2];
     assert_eq!(rw["phase"], "readwrite");

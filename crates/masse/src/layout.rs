@@ -248,26 +248,30 @@ mod tests {
     use super::*;
     use crate::format::Mode;
 
-    /// Records of one size placed in a row pad in a fixed pattern: nothing
-    /// for tiny or block-sized records, ~450 bytes each for 3,584-byte ones
-    /// (the next one never fits the 512 bytes left in a block).
-    #[test]
-    fn straddle_pad_of_fixed_sizes() {
-        let geo = Geometry {
+    /// A tiered layout with 4 KiB band headers and IU, data from 1 MiB on.
+    fn tiered(segment_size: u32, band_size: u64, bands_per_device: Vec<u32>) -> Layout {
+        Layout::new(Geometry {
             mode: Mode::Tiered,
-            segment_size: 262144,
-            band_size: 64 << 20,
+            segment_size,
+            band_size,
             band_header_size: 4096,
             iu: 4096,
-            bands_per_device: vec![4],
+            bands_per_device,
             pad_offset: 0,
             pad_size: 0,
             ckpt_offset: 0,
             ckpt_slot_size: 0,
             data_start: 1 << 20,
             has_fast: true,
-        };
-        let l = Layout::new(geo);
+        })
+    }
+
+    /// Records of one size placed in a row pad in a fixed pattern: nothing
+    /// for tiny or block-sized records, ~450 bytes each for 3,584-byte ones
+    /// (the next one never fits the 512 bytes left in a block).
+    #[test]
+    fn straddle_pad_of_fixed_sizes() {
+        let l = tiered(262144, 64 << 20, vec![4]);
         assert_eq!(l.straddle_pad(24), 0);
         assert_eq!(l.straddle_pad(4096), 0);
         assert_eq!(l.straddle_pad(8192), 0);
@@ -277,21 +281,7 @@ mod tests {
 
     #[test]
     fn addresses() {
-        let geo = Geometry {
-            mode: Mode::Tiered,
-            segment_size: 65536,
-            band_size: 1 << 20,
-            band_header_size: 4096,
-            iu: 4096,
-            bands_per_device: vec![3, 2],
-            pad_offset: 0,
-            pad_size: 0,
-            ckpt_offset: 0,
-            ckpt_slot_size: 0,
-            data_start: 1 << 20,
-            has_fast: true,
-        };
-        let l = Layout::new(geo);
+        let l = tiered(65536, 1 << 20, vec![3, 2]);
         assert_eq!(l.slots_per_band, 15);
         assert_eq!(l.bands, 5);
         assert_eq!(l.band_addr(0), (0, 1 << 20));

@@ -99,14 +99,20 @@ fn small_pool() -> MemPool {
     MemPool::tiered(48 << 20, 32 << 20).with_geometry(16 << 10, 256 << 10)
 }
 
+/// One GC pass empties band `emptied` and leaves `kept` sealed; every value
+/// of both bands still reads back.
+fn gc_empties(db: &Db, c: &Candidates, emptied: u32, kept: u32) {
+    assert!(db.gc_once().expect("gc"));
+    assert_eq!(state(db, emptied), "free", "band {emptied} emptied");
+    assert_eq!(state(db, kept), "sealed", "band {kept} kept");
+    check_values(db, c);
+}
+
 #[test]
 fn greedy_takes_the_band_with_most_dead_space() {
     let db = pool_with(&small_pool(), GcPolicy::Greedy);
     let c = old_and_young(&db);
-    assert!(db.gc_once().expect("gc"));
-    assert_eq!(state(&db, c.young), "free", "greedy empties the young band");
-    assert_eq!(state(&db, c.old), "sealed");
-    check_values(&db, &c);
+    gc_empties(&db, &c, c.young, c.old);
     db.close().expect("close");
 }
 
@@ -115,14 +121,7 @@ fn cost_benefit_prefers_the_old_band() {
     let p = small_pool();
     let db = pool_with(&p, GcPolicy::CostBenefit);
     let c = old_and_young(&db);
-    assert!(db.gc_once().expect("gc"));
-    assert_eq!(
-        state(&db, c.old),
-        "free",
-        "cost-benefit empties the old band"
-    );
-    assert_eq!(state(&db, c.young), "sealed");
-    check_values(&db, &c);
+    gc_empties(&db, &c, c.old, c.young);
     db.close().expect("close");
     // The moved records survive a reopen.
     let db = Db::open(&p.config(), opts()).expect("reopen");
@@ -143,13 +142,6 @@ fn cost_benefit_dates_bands_by_log_order_after_reopen() {
         ..opts()
     };
     let db = Db::open(&p.config(), o).expect("reopen");
-    assert!(db.gc_once().expect("gc"));
-    assert_eq!(
-        state(&db, c.old),
-        "free",
-        "cost-benefit empties the old band"
-    );
-    assert_eq!(state(&db, c.young), "sealed");
-    check_values(&db, &c);
+    gc_empties(&db, &c, c.old, c.young);
     db.close().expect("close");
 }

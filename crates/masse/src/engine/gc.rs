@@ -2,7 +2,8 @@
 //!
 //! A pass picks a sealed band by cost-benefit (LFS: space won × age over the
 //! cost of reading the band and writing its live share) or greedily (the most
-//! space won), per `Options::gc_policy`; reads its segments sequentially, and
+//! space won), per `Options::gc_policy` (always greedily for a writer waiting
+//! for space); reads its segments one at a time, and
 //! re-submits every record the index still points at through the normal write
 //! path: persisted to the fast-tier pad
 //! (the GC write pad) and merged into the open segment. Once all moves are
