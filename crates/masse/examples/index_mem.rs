@@ -2,8 +2,13 @@
 //!
 //! ```text
 //! cargo run --release -p masse --example index_mem -- --keys 10000000 [--threads N]
-//!     [--shards S] [--max-load F] [--growth G] [--presize]
+//!     [--shards S] [--max-load F] [--growth G] [--loc-bits L] [--presize]
 //! ```
+//!
+//! `--loc-bits` is the width of the locations the index stores (default 52:
+//! what the engine uses for a pool of 2^17 segments, e.g. Table 4 at 10^8
+//! keys; 64 is the generic index). Locations stored are the key numbers
+//! masked to that width.
 //!
 //! Inserts N distinct random digests (splitmix64 of the key number) with
 //! distinct locations, then reports bytes/key (`memory_bytes`, the index's own
@@ -55,6 +60,7 @@ struct Args {
     shards: usize,
     max_load: f64,
     growth: f64,
+    loc_bits: u32,
     presize: bool,
 }
 
@@ -66,6 +72,7 @@ fn parse_args() -> Result<Args, String> {
         shards: DEFAULT_SHARDS,
         max_load: DEFAULT_MAX_LOAD,
         growth: DEFAULT_GROWTH,
+        loc_bits: 52,
         presize: false,
     };
     let mut it = std::env::args().skip(1);
@@ -82,10 +89,11 @@ fn parse_args() -> Result<Args, String> {
             "--shards" => a.shards = val()?.parse().map_err(|e| format!("--shards: {e}"))?,
             "--max-load" => a.max_load = val()?.parse().map_err(|e| format!("--max-load: {e}"))?,
             "--growth" => a.growth = val()?.parse().map_err(|e| format!("--growth: {e}"))?,
+            "--loc-bits" => a.loc_bits = val()?.parse().map_err(|e| format!("--loc-bits: {e}"))?,
             "--presize" => a.presize = true,
             "-h" | "--help" => {
                 return Err("usage: index_mem [--keys N] [--threads N] [--shards S] \
-                            [--max-load F] [--growth G] [--presize]"
+                            [--max-load F] [--growth G] [--loc-bits L] [--presize]"
                     .into())
             }
             other => return Err(format!("unknown argument {other}")),
@@ -138,18 +146,23 @@ fn main() {
         expected_keys: if a.presize { n as usize } else { 0 },
         max_load: a.max_load,
         growth: a.growth,
+        loc_bits: a.loc_bits,
     });
     println!(
-        "config: keys={n} threads={} shards={} max_load={} growth={} presize={}",
+        "config: keys={n} threads={} shards={} max_load={} growth={} loc_bits={} presize={}",
         a.threads,
         ix.shard_count(),
         a.max_load,
         a.growth,
+        a.loc_bits,
         a.presize
     );
+    let mask = u64::MAX >> (64 - a.loc_bits.clamp(1, 64));
 
     // Insert in a scattered order (key numbers permuted by the thread split).
-    let (t_ins, dup) = par(n, a.threads, |i| ix.insert(key(i), i).is_some() as u64);
+    let (t_ins, dup) = par(n, a.threads, |i| {
+        ix.insert(key(i), i & mask).is_some() as u64
+    });
     let mem = ix.memory_bytes();
     let st = ix.stats();
     let hwm = proc_status("VmHWM:").unwrap_or(0);
@@ -167,6 +180,10 @@ fn main() {
     println!(
         "displacement:    mean {:.2}, max {}",
         st.mean_displacement, st.max_displacement
+    );
+    println!(
+        "slots:           at most {} bytes; {} entries in overflow maps",
+        st.max_slot_bytes, st.overflow
     );
     println!(
         "peak RSS:        {} bytes ({:.2} bytes/key over the {:.1} MiB baseline)",
@@ -192,7 +209,7 @@ fn main() {
     // Random hits: key numbers drawn uniformly at random.
     let (t_get, bad) = par(n, a.threads, |j| {
         let i = splitmix(j ^ 0xABCD) % n;
-        (ix.get(key(i)) != Some(i)) as u64
+        (ix.get(key(i)) != Some(i & mask)) as u64
     });
     println!(
         "get (hits):      {:.2} Mops/s ({:.2} s){}",

@@ -87,9 +87,12 @@ fn try_load(e: &Engine, off: u64, h: &CheckpointHeader) -> Result<Vec<BandRecord
         img.clear();
         img.resize(n as usize, 0);
         r.read_exact(&mut img)?;
-        e.index
-            .load_shard_image(s, &img)
-            .map_err(|e| Error::Corruption(format!("checkpoint index shard {s}: {e}")))?;
+        let loaded = if h.version >= CHECKPOINT_VERSION {
+            e.index.load_shard_image(s, &img)
+        } else {
+            e.index.load_legacy_shard_image(s, &img)
+        };
+        loaded.map_err(|e| Error::Corruption(format!("checkpoint index shard {s}: {e}")))?;
     }
     if r.finish()? != h.payload_hash {
         return Err(Error::Corruption(
@@ -193,6 +196,7 @@ pub(crate) fn checkpoint(e: &Engine) -> Result<bool> {
     crate::pool::sync(&meta, "syncing a checkpoint")?;
     let took_us = t0.elapsed().as_micros() as u64;
     let h = CheckpointHeader {
+        version: CHECKPOINT_VERSION,
         ckpt_seq: seq,
         pool_tag: e.tag,
         replay_from_seq: snap.replay_from,

@@ -17,8 +17,8 @@ use super::writer_jobs::{WriterJob, WriterQueue};
 use crate::config::Options;
 use crate::device::round_up;
 use crate::error::{Error, Result};
-use crate::format::{EPOCH_AREA, EPOCH_OFFSET, SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY};
-use crate::index::{Digest, Index};
+use crate::format::{Loc, EPOCH_AREA, EPOCH_OFFSET, SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY};
+use crate::index::{Digest, Index, IndexOptions};
 use crate::layout::{Layout, MAX_STRADDLE_PAD};
 use crate::pool::Pool;
 use crate::stats::{Counters, Histos, Op};
@@ -104,7 +104,11 @@ impl Engine {
         Engine {
             tag: pool.pool_tag(),
             epoch,
-            index: Index::with_capacity(opts.expected_keys),
+            index: Index::with_options(IndexOptions {
+                expected_keys: opts.expected_keys,
+                loc_bits: Loc::bits_for(layout.total_slots()),
+                ..IndexOptions::default()
+            }),
             status: StatusTable::new(&layout),
             bands: Bands::new(layout.bands as usize),
             segments: SegmentCache::default(),

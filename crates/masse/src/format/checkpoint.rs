@@ -2,7 +2,7 @@
 //! (the index shard images in the payload are `index::image`'s).
 
 use super::bytes::{le32, Get, Put};
-use super::version::FORMAT_VERSION;
+use super::version::CHECKPOINT_VERSION;
 use crate::error::Result;
 
 const CKPT_MAGIC: &[u8; 8] = b"MASSECKP";
@@ -10,6 +10,9 @@ const CKPT_MAGIC: &[u8; 8] = b"MASSECKP";
 /// Header of a checkpoint slot (first 4 KiB of the slot); the payload follows.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointHeader {
+    /// Layout version of the header and payload ([`CHECKPOINT_VERSION`] when
+    /// written by this build; ≤ 2: legacy index images).
+    pub version: u32,
     /// Increments with every checkpoint; the newest valid slot wins.
     pub ckpt_seq: u64,
     /// Low 64 bits of the pool id.
@@ -42,7 +45,7 @@ impl CheckpointHeader {
             let mut p = Put::new(&mut b);
             p.bytes(CKPT_MAGIC);
             p.u32(0);
-            p.u32(FORMAT_VERSION);
+            p.u32(self.version);
             p.u64(self.ckpt_seq);
             p.u64(self.pool_tag);
             p.u64(self.replay_from_seq);
@@ -63,11 +66,13 @@ impl CheckpointHeader {
         if b.len() < 128 || &b[..8] != CKPT_MAGIC || crc32c::crc32c(&b[12..128]) != le32(b, 8) {
             return None;
         }
-        if le32(b, 12) > FORMAT_VERSION {
+        let version = le32(b, 12);
+        if version > CHECKPOINT_VERSION {
             return None;
         }
         let mut g = Get::new(&b[16..128]);
         Some(CheckpointHeader {
+            version,
             ckpt_seq: g.u64().ok()?,
             pool_tag: g.u64().ok()?,
             replay_from_seq: g.u64().ok()?,
@@ -129,6 +134,7 @@ mod tests {
     #[test]
     fn checkpoint_header_roundtrip() {
         let c = CheckpointHeader {
+            version: CHECKPOINT_VERSION,
             ckpt_seq: 1,
             pool_tag: 2,
             replay_from_seq: 3,

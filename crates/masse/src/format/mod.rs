@@ -1,5 +1,6 @@
 //! The on-disk format, in one place. Described for humans in `docs/format.md`;
-//! any change here must bump [`FORMAT_VERSION`] and update that document.
+//! any change here must bump [`FORMAT_VERSION`] (or, for the checkpoint header
+//! and payload, [`CHECKPOINT_VERSION`]) and update that document.
 //!
 //! All integers are little-endian. Every structure carries a checksum
 //! (crc32c for small structures, xxh3-64 for checkpoint payloads) and is
@@ -44,4 +45,4 @@ pub use superblock::{
     EpochBlock, Geometry, Mode, Role, Superblock, SuperblockProbe, EPOCH_AREA, EPOCH_OFFSET,
     SB_KEY_DIGEST_AT, SUPERBLOCK_AREA, SUPERBLOCK_SIZE,
 };
-pub use version::{FORMAT_VERSION, MAX_KEY_LEN, MAX_VALUE_LEN};
+pub use version::{CHECKPOINT_VERSION, FORMAT_VERSION, MAX_KEY_LEN, MAX_VALUE_LEN};

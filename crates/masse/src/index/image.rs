@@ -1,12 +1,30 @@
 //! Shard images: one shard of the index, bit-exact, as a checkpoint stores it.
+//!
+//! Layout (little-endian): capacity `cap` (u64), count of table entries (u64),
+//! bytes per slot `b` (u8), `q = ⌊log2 cap⌋` (u8), location bits (u8), the
+//! displacement field's width 7 (u8), overflow entries `m` (u32); then the
+//! `cap · b` bytes of the table verbatim; then `m` overflow entries as
+//! `fp` (u64), `loc` (u64), fingerprints strictly increasing.
+//!
+//! Checkpoints written before packed slots (header version ≤ 2) hold images
+//! of the earlier layout, capacity and count then 16-byte `[fp, loc]` slots;
+//! [`Index::load_legacy_shard_image`] validates and converts them.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
-use super::table::{displacement, empty_table, max_len_for, Slot, SLOT_BYTES};
+use super::shard::Shard;
+use super::table::{log2, min_cap_for, slot_bytes, Probe, Table};
 use super::Index;
 
-/// Size of the header of a shard image (capacity, count).
-const IMAGE_HEADER: usize = 16;
+/// Size of the header of a shard image.
+const IMAGE_HEADER: usize = 24;
+
+/// Size of the header of a legacy shard image (capacity, count).
+const LEGACY_HEADER: usize = 16;
+
+/// Bytes of an overflow entry in an image, and of a legacy slot.
+const PAIR_BYTES: usize = 16;
 
 /// Why a shard image was rejected by [`Index::load_shard_image`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +59,16 @@ pub enum IndexImageError {
     Disordered {
         /// Slot index.
         slot: u64,
+    },
+    /// The slot geometry in the header does not follow from the capacity.
+    BadGeometry {
+        /// Capacity in the header.
+        capacity: u64,
+    },
+    /// An overflow entry is out of order, zero, or also in the table.
+    BadOverflow {
+        /// Index of the overflow entry.
+        entry: u64,
     },
 }
 
@@ -86,6 +114,18 @@ impl fmt::Display for IndexImageError {
                     "index image: slot {slot} is out of probe order or duplicated"
                 )
             }
+            IndexImageError::BadGeometry { capacity } => {
+                write!(
+                    f,
+                    "index image: slot geometry does not fit a table of capacity {capacity}"
+                )
+            }
+            IndexImageError::BadOverflow { entry } => {
+                write!(
+                    f,
+                    "index image: overflow entry {entry} is out of order or duplicated"
+                )
+            }
         }
     }
 }
@@ -93,21 +133,30 @@ impl fmt::Display for IndexImageError {
 impl std::error::Error for IndexImageError {}
 
 impl Index {
-    /// A self-describing little-endian image of shard `shard`: table capacity
-    /// (u64), entry count (u64), then every slot as `fp` (u64), `loc` (u64),
-    /// empty slots included. An out-of-range `shard` gives an empty vector
-    /// (which [`Index::load_shard_image`] rejects).
+    /// A self-describing little-endian image of shard `shard` (the layout is
+    /// in this module's documentation). An out-of-range `shard` gives an
+    /// empty vector (which [`Index::load_shard_image`] rejects).
     pub fn shard_image(&self, shard: usize) -> Vec<u8> {
         let Some(p) = self.shards.get(shard) else {
             return Vec::new();
         };
         let s = p.0.read();
-        let mut out = Vec::with_capacity(IMAGE_HEADER + s.table.len() * SLOT_BYTES);
-        out.extend_from_slice(&(s.table.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(s.len as u64).to_le_bytes());
-        for e in s.table.iter() {
-            out.extend_from_slice(&e[0].to_le_bytes());
-            out.extend_from_slice(&e[1].to_le_bytes());
+        let t = &s.table;
+        let raw = t.raw();
+        let mut out = Vec::with_capacity(IMAGE_HEADER + raw.len() + s.overflow.len() * PAIR_BYTES);
+        out.extend_from_slice(&(t.cap() as u64).to_le_bytes());
+        out.extend_from_slice(&((s.len - s.overflow.len()) as u64).to_le_bytes());
+        out.extend_from_slice(&[
+            t.slot_bytes() as u8,
+            log2(t.cap()) as u8,
+            t.lbits() as u8,
+            7,
+        ]);
+        out.extend_from_slice(&(s.overflow.len() as u32).to_le_bytes());
+        out.extend_from_slice(raw);
+        for (fp, loc) in &s.overflow {
+            out.extend_from_slice(&fp.to_le_bytes());
+            out.extend_from_slice(&loc.to_le_bytes());
         }
         out
     }
@@ -115,46 +164,88 @@ impl Index {
     /// Validates `image` (see [`Index::shard_image`]) and installs it as shard
     /// `shard`, replacing its contents. On error the shard is unchanged.
     ///
-    /// Checks: length = 16 + 16 × capacity; count = number of non-empty slots;
-    /// capacity > count (or both 0); every entry reachable from its home slot
-    /// in probe order with no duplicate fingerprint.
+    /// Checks: the geometry follows from the capacity; the length is exact;
+    /// count = non-empty slots < capacity (or both 0); no stray bits; every
+    /// entry's home is a home and it is reachable from it in probe order with
+    /// no duplicate fingerprint; overflow fingerprints increase and are not in
+    /// the table. An image whose location width differs from this index's is
+    /// converted (re-placed), not rejected.
     pub fn load_shard_image(&self, shard: usize, image: &[u8]) -> Result<(), IndexImageError> {
-        let Some(p) = self.shards.get(shard) else {
-            return Err(IndexImageError::NoSuchShard {
+        let p = self.shard_slot(shard)?;
+        let (table, overflow) = parse_image(image)?;
+        let s = self.adopt(table, overflow);
+        *p.write() = s;
+        Ok(())
+    }
+
+    /// Like [`Index::load_shard_image`] for an image of the layout before
+    /// packed slots (checkpoint header version ≤ 2): capacity (u64), count
+    /// (u64), then every slot as `fp` (u64), `loc` (u64). Its entries are
+    /// validated as that layout requires and re-placed in a packed table.
+    pub fn load_legacy_shard_image(
+        &self,
+        shard: usize,
+        image: &[u8],
+    ) -> Result<(), IndexImageError> {
+        let p = self.shard_slot(shard)?;
+        let (cap, mut entries) = parse_legacy_image(image)?;
+        entries.sort_unstable();
+        let cap = if cap == 0 { 0 } else { cap.max(self.min_cap) };
+        let mut spill = Vec::new();
+        let table = Table::from_sorted(cap, self.lbits, entries.into_iter(), &mut spill);
+        *p.write() = Shard::from_table(table, spill.into_iter().collect(), self.max_load);
+        Ok(())
+    }
+
+    fn shard_slot(&self, shard: usize) -> Result<&parking_lot::RwLock<Shard>, IndexImageError> {
+        self.shards
+            .get(shard)
+            .map(|p| &p.0)
+            .ok_or(IndexImageError::NoSuchShard {
                 shard,
                 shards: self.shards.len(),
-            });
-        };
-        let t = parse_image(image)?;
-        let len = t.iter().filter(|e| e[0] != 0).count();
-        let mut s = p.0.write();
-        s.max_len = max_len_for(t.len(), self.max_load);
-        s.table = t;
-        s.len = len;
-        Ok(())
+            })
+    }
+
+    /// A shard of a validated image, converted to this index's location width
+    /// if the image's differs.
+    fn adopt(&self, table: Table, mut overflow: BTreeMap<u64, u64>) -> Shard {
+        if table.cap() == 0 || table.lbits() == self.lbits {
+            return Shard::from_table(table, overflow, self.max_load);
+        }
+        let mut spill = Vec::new();
+        let entries = table.entries();
+        let cap = table.cap().max(self.min_cap);
+        let t = Table::from_sorted(cap, self.lbits, entries, &mut spill);
+        overflow.extend(spill);
+        Shard::from_table(t, overflow, self.max_load)
     }
 }
 
-/// Decodes and validates a shard image into a table.
-pub(super) fn parse_image(image: &[u8]) -> Result<Box<[Slot]>, IndexImageError> {
-    let word = |i: usize| -> u64 {
-        let mut b = [0u8; 8];
-        if let Some(s) = image.get(i * 8..i * 8 + 8) {
-            b.copy_from_slice(s);
-        }
-        u64::from_le_bytes(b)
-    };
+/// Little-endian u64 at byte `at` of `b` (0 past the end).
+fn word(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    if let Some(s) = b.get(at..at + 8) {
+        w.copy_from_slice(s);
+    }
+    u64::from_le_bytes(w)
+}
+
+/// Decodes and validates a shard image into a table and an overflow map.
+pub(super) fn parse_image(image: &[u8]) -> Result<(Table, BTreeMap<u64, u64>), IndexImageError> {
     if image.len() < IMAGE_HEADER {
         return Err(IndexImageError::BadLength {
             expected: Some(IMAGE_HEADER as u64),
             actual: image.len(),
         });
     }
-    let cap64 = word(0);
-    let count = word(1);
+    let (cap64, count) = (word(image, 0), word(image, 8));
+    let (b, q, lbits, fbits) = (image[16], image[17], image[18], image[19]);
+    let m = u32::from_le_bytes([image[20], image[21], image[22], image[23]]) as u64;
     let expected = cap64
-        .checked_mul(SLOT_BYTES as u64)
-        .and_then(|b| b.checked_add(IMAGE_HEADER as u64));
+        .checked_mul(b as u64)
+        .and_then(|t| t.checked_add(m * PAIR_BYTES as u64))
+        .and_then(|t| t.checked_add(IMAGE_HEADER as u64));
     if expected != Some(image.len() as u64) {
         return Err(IndexImageError::BadLength {
             expected,
@@ -162,13 +253,58 @@ pub(super) fn parse_image(image: &[u8]) -> Result<Box<[Slot]>, IndexImageError> 
         });
     }
     // The length matched, so the capacity fits in memory (and in usize).
-    let cap = (image.len() - IMAGE_HEADER) / SLOT_BYTES;
-    let mut t = empty_table(cap);
+    let cap = cap64 as usize;
+    let geometry_ok = (1..=64).contains(&lbits)
+        && fbits == 7
+        && if cap == 0 {
+            b == 0 && q == 0
+        } else {
+            cap >= min_cap_for(lbits as u32)
+                && q as u32 == log2(cap)
+                && b as usize == slot_bytes(cap, lbits as u32)
+        };
+    if !geometry_ok {
+        return Err(IndexImageError::BadGeometry { capacity: cap64 });
+    }
+    let raw_end = IMAGE_HEADER + cap * b as usize;
+    let table = Table::from_raw(cap, lbits as u32, &image[IMAGE_HEADER..raw_end])
+        .ok_or(IndexImageError::BadGeometry { capacity: cap64 })?;
+    check_table(&table, count)?;
+    let overflow = parse_overflow(&table, &image[raw_end..])?;
+    Ok((table, overflow))
+}
+
+/// The structural checks of a loaded table (see [`Index::load_shard_image`]).
+fn check_table(t: &Table, count: u64) -> Result<(), IndexImageError> {
+    let cap = t.cap();
     let mut actual = 0u64;
-    for (i, e) in t.iter_mut().enumerate() {
-        *e = [word(2 + 2 * i), word(3 + 2 * i)];
-        if e[0] != 0 {
-            actual += 1;
+    for pos in 0..cap {
+        let s = t.slot(pos);
+        let disordered = Err(IndexImageError::Disordered { slot: pos as u64 });
+        if t.has_stray_bits(pos) || (s.f == 0 && (s.r != 0 || s.loc != 0)) {
+            return disordered;
+        }
+        if s.f == 0 {
+            continue;
+        }
+        actual += 1;
+        let d = (s.f - 1) as usize;
+        // The home must be some quotient's, and the fingerprint non-zero.
+        let quot = (d < cap)
+            .then(|| t.quot_of_home((pos + cap - d) % cap))
+            .flatten();
+        if quot.is_none_or(|q| q == 0 && s.r == 0) {
+            return disordered;
+        }
+        // Probe order: an entry displaced by d > 0 must follow a non-empty
+        // slot displaced by at least d − 1, and by exactly d − 1 (same home)
+        // only with a smaller remainder. This makes every entry reachable by
+        // `probe` and rules out duplicate fingerprints.
+        if d > 0 {
+            let prev = t.slot((pos + cap - 1) % cap);
+            if prev.f == 0 || prev.f + 1 < s.f || (prev.f + 1 == s.f && prev.r >= s.r) {
+                return disordered;
+            }
         }
     }
     if actual != count {
@@ -177,38 +313,101 @@ pub(super) fn parse_image(image: &[u8]) -> Result<Box<[Slot]>, IndexImageError> 
             actual,
         });
     }
+    if cap as u64 <= count && !(cap == 0 && count == 0) {
+        return Err(IndexImageError::Full {
+            capacity: cap as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Decodes an image's overflow entries: fingerprints non-zero, strictly
+/// increasing, and not in the table.
+fn parse_overflow(t: &Table, raw: &[u8]) -> Result<BTreeMap<u64, u64>, IndexImageError> {
+    let mut out = BTreeMap::new();
+    let mut last = 0u64;
+    for (i, pair) in raw.chunks_exact(PAIR_BYTES).enumerate() {
+        let (fp, loc) = (word(pair, 0), word(pair, 8));
+        if fp <= last || matches!(t.probe(fp), Probe::Found(_)) {
+            return Err(IndexImageError::BadOverflow { entry: i as u64 });
+        }
+        last = fp;
+        out.insert(fp, loc);
+    }
+    Ok(out)
+}
+
+/// Decodes and validates a legacy shard image (16-byte slots, homes by
+/// `(fp · cap) >> 64`): its capacity and its `(fp, loc)` entries.
+fn parse_legacy_image(image: &[u8]) -> Result<(usize, Vec<(u64, u64)>), IndexImageError> {
+    if image.len() < LEGACY_HEADER {
+        return Err(IndexImageError::BadLength {
+            expected: Some(LEGACY_HEADER as u64),
+            actual: image.len(),
+        });
+    }
+    let (cap64, count) = (word(image, 0), word(image, 8));
+    let expected = cap64
+        .checked_mul(PAIR_BYTES as u64)
+        .and_then(|b| b.checked_add(LEGACY_HEADER as u64));
+    if expected != Some(image.len() as u64) {
+        return Err(IndexImageError::BadLength {
+            expected,
+            actual: image.len(),
+        });
+    }
+    let cap = (image.len() - LEGACY_HEADER) / PAIR_BYTES;
+    let slot = |pos: usize| {
+        let at = LEGACY_HEADER + pos * PAIR_BYTES;
+        (word(image, at), word(image, at + 8))
+    };
+    let entries: Vec<(u64, u64)> = (0..cap).map(slot).filter(|e| e.0 != 0).collect();
+    if entries.len() as u64 != count {
+        return Err(IndexImageError::BadCount {
+            header: count,
+            actual: entries.len() as u64,
+        });
+    }
     if cap64 <= count && !(cap64 == 0 && count == 0) {
         return Err(IndexImageError::Full { capacity: cap64 });
     }
-    // Probe order: an entry displaced by d > 0 must follow a non-empty slot
-    // whose entry is displaced by at least d - 1, and by exactly d - 1 (same
-    // home) only with a smaller fingerprint. This makes every entry reachable
-    // by `probe` and rules out duplicate fingerprints.
+    check_legacy_order(cap, slot)?;
+    Ok((cap, entries))
+}
+
+/// The legacy layout's probe order (as [`check_table`], with displacements
+/// computed from the stored fingerprints).
+fn check_legacy_order(
+    cap: usize,
+    slot: impl Fn(usize) -> (u64, u64),
+) -> Result<(), IndexImageError> {
+    let disp = |fp: u64, pos: usize| {
+        let h = ((fp as u128 * cap as u128) >> 64) as usize;
+        (pos + cap - h) % cap
+    };
     for pos in 0..cap {
-        let fp = t[pos][0];
-        if fp == 0 {
-            continue;
-        }
-        let d = displacement(fp, pos, cap);
+        let fp = slot(pos).0;
+        let d = if fp == 0 { 0 } else { disp(fp, pos) };
         if d == 0 {
             continue;
         }
         let prev = if pos == 0 { cap - 1 } else { pos - 1 };
-        let pfp = t[prev][0];
+        let pfp = slot(prev).0;
         let ok = pfp != 0 && {
-            let pd = displacement(pfp, prev, cap);
+            let pd = disp(pfp, prev);
             d < pd + 1 || (d == pd + 1 && pfp < fp)
         };
         if !ok {
             return Err(IndexImageError::Disordered { slot: pos as u64 });
         }
     }
-    Ok(t)
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::tests::{check_invariants, check_invariants_of, mk, splitmix};
+    use super::super::IndexOptions;
     use super::*;
     use crate::index::digest;
     use proptest::prelude::*;
@@ -231,7 +430,9 @@ mod tests {
             assert_eq!(ix2.shard_image(s), img, "bit-exact");
         }
         assert_eq!(ix2.memory_bytes(), ix.memory_bytes());
-        assert_eq!(bytes, 8 * 16 + ix.stats().capacity * 16);
+        let st = ix.stats();
+        assert_eq!(st.overflow, 0);
+        assert!(bytes <= 8 * IMAGE_HEADER + st.capacity * st.max_slot_bytes);
         for i in 0..20_000u64 {
             let d = digest(&i.to_le_bytes());
             assert_eq!(ix2.get(d), ix.get(d));
@@ -245,12 +446,152 @@ mod tests {
         // empty shards round-trip too
         let e = Index::with_shards(2, 0);
         let img = e.shard_image(1);
-        assert_eq!(img.len(), 16);
+        assert_eq!(img.len(), IMAGE_HEADER);
         ix2.load_shard_image(1, &img).expect("empty image");
         assert_eq!(ix2.shard_image(1), img);
     }
 
-    fn image(cap: u64, count: u64, slots: &[(u64, u64)]) -> Vec<u8> {
+    /// An image taken with one location width loads into an index of another:
+    /// entries are re-placed, wide locations go to the overflow map.
+    #[test]
+    fn image_converts_between_location_widths() {
+        let narrow = |bits| {
+            Index::with_options(IndexOptions {
+                shards: 2,
+                loc_bits: bits,
+                ..IndexOptions::default()
+            })
+        };
+        let wide = narrow(64);
+        for i in 0..5_000u64 {
+            wide.insert(mk(splitmix(i), splitmix(!i)), i);
+        }
+        let small = narrow(10);
+        for s in 0..2 {
+            small
+                .load_shard_image(s, &wide.shard_image(s))
+                .expect("converts");
+        }
+        check_invariants(&small);
+        assert_eq!(small.stats().overflow, 5_000 - 1024);
+        for i in 0..5_000u64 {
+            assert_eq!(small.get(mk(splitmix(i), splitmix(!i))), Some(i));
+        }
+    }
+
+    /// A header field of a valid image, overwritten.
+    fn patched(img: &[u8], at: usize, bytes: &[u8]) -> Vec<u8> {
+        let mut v = img.to_vec();
+        v[at..at + bytes.len()].copy_from_slice(bytes);
+        v
+    }
+
+    #[test]
+    fn malformed_images_rejected() {
+        // 52-bit locations: slots have unused top bits, which must be zero.
+        let opts = |shards| IndexOptions {
+            shards,
+            loc_bits: 52,
+            ..IndexOptions::default()
+        };
+        let ix = Index::with_options(opts(1));
+        for i in 0..40u64 {
+            ix.insert(mk(0, splitmix(i)), i);
+        }
+        let good = ix.shard_image(0);
+        let other = Index::with_options(opts(2));
+        other.insert(mk(0, 99), 5);
+        let before = other.shard_image(0);
+        let bad = |img: &[u8]| {
+            let e = other.load_shard_image(0, img).expect_err("must reject");
+            assert!(!e.to_string().is_empty());
+            assert_eq!(other.shard_image(0), before, "shard unchanged on error");
+            e
+        };
+        let b = good[16] as usize;
+        assert!(matches!(bad(&[1, 2, 3]), IndexImageError::BadLength { .. }));
+        assert!(matches!(
+            bad(&good[..good.len() - 1]),
+            IndexImageError::BadLength { .. }
+        ));
+        let huge = patched(&good, 0, &u64::MAX.to_le_bytes());
+        assert!(matches!(
+            bad(&huge),
+            IndexImageError::BadLength { expected: None, .. }
+        ));
+        // Geometry: slot bytes, q, location bits and field width must follow.
+        let cap = u64::from_le_bytes(good[..8].try_into().expect("8"));
+        let mut wrong_b = patched(&good, 16, &[b as u8 + 1]);
+        wrong_b.resize(IMAGE_HEADER + cap as usize * (b + 1), 0);
+        assert!(matches!(bad(&wrong_b), IndexImageError::BadGeometry { .. }));
+        for (at, v) in [(17, good[17] + 1), (18, 0), (18, 65), (19, 8)] {
+            assert!(matches!(
+                bad(&patched(&good, at, &[v])),
+                IndexImageError::BadGeometry { .. }
+            ));
+        }
+        // Count.
+        let n = u64::from_le_bytes(good[8..16].try_into().expect("8"));
+        let miscount = patched(&good, 8, &(n + 1).to_le_bytes());
+        assert!(matches!(bad(&miscount), IndexImageError::BadCount { .. }));
+        // An entry moved one slot up (its displacement no longer says where its
+        // home is), an entry's displacement field bumped, a stray top bit.
+        let slot0 = IMAGE_HEADER;
+        let t = parse_image(&good).expect("good").0;
+        let p = t.positions().next().expect("an entry");
+        let mut bumped = good.clone();
+        bumped[slot0 + p * b] += 1;
+        assert!(matches!(bad(&bumped), IndexImageError::Disordered { .. }));
+        let mut stray = good.clone();
+        stray[slot0 + p * b + b - 1] |= 0x80;
+        assert!(matches!(bad(&stray), IndexImageError::Disordered { .. }));
+        let empty = (0..t.cap())
+            .find(|&q| t.slot(q).f == 0)
+            .expect("an empty slot");
+        let mut junk = good.clone();
+        junk[slot0 + empty * b + 1] = 1;
+        assert!(matches!(bad(&junk), IndexImageError::Disordered { .. }));
+        // Overflow entries: in order, not in the table.
+        let with_overflow = |pairs: &[(u64, u64)]| {
+            let mut v = patched(&good, 20, &(pairs.len() as u32).to_le_bytes());
+            for (fp, loc) in pairs {
+                v.extend_from_slice(&fp.to_le_bytes());
+                v.extend_from_slice(&loc.to_le_bytes());
+            }
+            v
+        };
+        let in_table = t.fp_at(p);
+        let free = (1..)
+            .map(|x| x * 977)
+            .find(|&fp| !matches!(t.probe(fp), Probe::Found(_)));
+        let free = free.expect("a free fingerprint");
+        assert!(other
+            .load_shard_image(0, &with_overflow(&[(free, 1)]))
+            .is_ok());
+        other.load_shard_image(0, &before).expect("restore");
+        for pairs in [
+            vec![(in_table, 1)],
+            vec![(free, 1), (free, 2)],
+            vec![(0, 1)],
+        ] {
+            assert!(matches!(
+                bad(&with_overflow(&pairs)),
+                IndexImageError::BadOverflow { .. }
+            ));
+        }
+        // No such shard.
+        assert!(matches!(
+            other.load_shard_image(2, &before),
+            Err(IndexImageError::NoSuchShard {
+                shard: 2,
+                shards: 2
+            })
+        ));
+        assert!(other.shard_image(2).is_empty());
+    }
+
+    /// A legacy image (16-byte slots): capacity, count, then `[fp, loc]` slots.
+    fn legacy(cap: u64, count: u64, slots: &[(u64, u64)]) -> Vec<u8> {
         let mut v = Vec::new();
         v.extend_from_slice(&cap.to_le_bytes());
         v.extend_from_slice(&count.to_le_bytes());
@@ -262,99 +603,89 @@ mod tests {
     }
 
     #[test]
-    fn malformed_images_rejected() {
+    fn legacy_images_convert_or_are_rejected() {
         let ix = Index::with_shards(2, 0);
         ix.insert(mk(0, 99), 5);
         let before = ix.shard_image(0);
         let bad = |img: &[u8]| {
-            let e = ix.load_shard_image(0, img).expect_err("must reject");
+            let e = ix.load_legacy_shard_image(0, img).expect_err("must reject");
             assert!(!e.to_string().is_empty());
             assert_eq!(ix.shard_image(0), before, "shard unchanged on error");
             e
         };
-        // too short, bad lengths, overflowing capacity
         assert!(matches!(bad(&[1, 2, 3]), IndexImageError::BadLength { .. }));
         assert!(matches!(
-            bad(&image(4, 0, &[(0, 0); 3])),
+            bad(&legacy(4, 0, &[(0, 0); 3])),
             IndexImageError::BadLength { .. }
         ));
-        let mut trailing = image(1, 0, &[(0, 0)]);
-        trailing.push(0);
-        assert!(matches!(bad(&trailing), IndexImageError::BadLength { .. }));
         assert!(matches!(
-            bad(&image(u64::MAX, 0, &[])),
+            bad(&legacy(u64::MAX, 0, &[])),
             IndexImageError::BadLength { expected: None, .. }
         ));
-        // count mismatch
+        let one = u64::MAX / 4 + 1;
         assert!(matches!(
-            bad(&image(
-                4,
-                2,
-                &[(0, 0), (u64::MAX / 4 + 1, 9), (0, 0), (0, 0)]
-            )),
+            bad(&legacy(4, 2, &[(0, 0), (one, 9), (0, 0), (0, 0)])),
             IndexImageError::BadCount {
                 header: 2,
                 actual: 1
             }
         ));
-        // full table, and nonzero count in zero capacity
         assert!(matches!(
-            bad(&image(1, 1, &[(5, 5)])),
+            bad(&legacy(1, 1, &[(5, 5)])),
             IndexImageError::Full { .. }
         ));
-        assert!(matches!(
-            bad(&image(0, 1, &[])),
-            IndexImageError::BadCount { .. }
-        ));
-        // entry separated from its home by an empty slot (home of fp 1 in cap 4 is 0)
-        assert!(matches!(
-            bad(&image(4, 1, &[(0, 0), (1, 1), (0, 0), (0, 0)])),
-            IndexImageError::Disordered { slot: 1 }
-        ));
-        // duplicate fingerprint
-        assert!(matches!(
-            bad(&image(4, 2, &[(1, 1), (1, 2), (0, 0), (0, 0)])),
-            IndexImageError::Disordered { slot: 1 }
-        ));
-        // same home out of fp order
-        assert!(matches!(
-            bad(&image(4, 2, &[(3, 1), (2, 2), (0, 0), (0, 0)])),
-            IndexImageError::Disordered { slot: 1 }
-        ));
-        // home order violated (fp with home 2 before fp with home 0)
-        let h2 = u64::MAX / 2 + 5;
-        assert!(matches!(
-            bad(&image(4, 3, &[(0, 0), (0, 0), (h2, 1), (7, 2)])),
-            IndexImageError::BadCount { .. }
-        ));
-        assert!(matches!(
-            bad(&image(4, 3, &[(9, 0), (0, 0), (h2, 1), (7, 2)])),
-            IndexImageError::Disordered { slot: 3 }
-        ));
-        // no such shard
-        assert!(matches!(
-            ix.load_shard_image(2, &before),
-            Err(IndexImageError::NoSuchShard {
-                shard: 2,
-                shards: 2
-            })
-        ));
-        assert!(ix.shard_image(2).is_empty());
-        // a valid wrapped cluster is accepted: home 3 entries wrapping to slot 0
+        // separated from its home, duplicated, same home out of order
+        for slots in [
+            [(0, 0), (1, 1), (0, 0), (0, 0)],
+            [(1, 1), (1, 2), (0, 0), (0, 0)],
+            [(3, 1), (2, 2), (0, 0), (0, 0)],
+        ] {
+            assert!(matches!(
+                bad(&legacy(4, 1 + (slots[0].0 != 0) as u64, &slots)),
+                IndexImageError::Disordered { slot: 1 }
+            ));
+        }
+        // A valid wrapped cluster converts: home 3 entries wrapping to slot 0.
         let h3 = u64::MAX - 10;
-        let ok = image(4, 2, &[(h3 + 1, 2), (0, 0), (0, 0), (h3, 1)]);
-        ix.load_shard_image(1, &ok)
+        let ok = legacy(4, 2, &[(h3 + 1, 2), (0, 0), (0, 0), (h3, 1)]);
+        ix.load_legacy_shard_image(1, &ok)
             .expect("wrapped cluster is valid");
         assert_eq!(ix.get(mk(u64::MAX, h3)), Some(1));
         assert_eq!(ix.get(mk(u64::MAX, h3 + 1)), Some(2));
         assert_eq!(ix.get(mk(u64::MAX, h3 + 2)), None);
+        check_invariants(&ix);
+    }
+
+    /// Legacy images of many entries, laid out as the 16-byte-slot tables did
+    /// (ordered linear probing, home `(fp · cap) >> 64`), convert exactly.
+    #[test]
+    fn legacy_image_of_many_entries_converts() {
+        let cap = 1000usize;
+        // Homes in the first half: no cluster wraps (the test above has one).
+        let mut fps: Vec<u64> = (0..900u64).map(|i| splitmix(i) >> 1 | 1).collect();
+        fps.sort_unstable();
+        let mut slots = vec![(0u64, 0u64); cap];
+        let mut w = 0;
+        for &fp in &fps {
+            let p = (((fp as u128 * cap as u128) >> 64) as usize).max(w);
+            slots[p] = (fp, fp >> 3);
+            w = p + 1;
+        }
+        let ix = Index::with_shards(1, 0);
+        ix.load_legacy_shard_image(0, &legacy(cap as u64, 900, &slots))
+            .expect("valid legacy image");
+        check_invariants(&ix);
+        assert_eq!(ix.len(), 900);
+        for &fp in &fps {
+            assert_eq!(ix.get(mk(0, fp)), Some(fp >> 3));
+        }
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         /// Random corruptions of a valid image never panic; whatever loads is
-        /// structurally valid and every key in it can be found.
+        /// structurally valid and every entry it holds can be found.
         #[test]
         fn fuzzed_images_never_panic(seed: u64, flips in proptest::collection::vec((0usize..2000, any::<u8>()), 1..8)) {
             let ix = Index::with_shards(1, 0);
@@ -368,13 +699,14 @@ mod tests {
             }
             if ix.load_shard_image(0, &img).is_ok() {
                 check_invariants_of(&ix, false);
-                let cap = (img.len() - 16) / 16;
-                for s in 0..cap {
-                    let fp = u64::from_le_bytes(img[16 + 16 * s..24 + 16 * s].try_into().expect("8"));
-                    let loc = u64::from_le_bytes(img[24 + 16 * s..32 + 16 * s].try_into().expect("8"));
-                    if fp != 0 {
-                        prop_assert_eq!(ix.get(mk(0, fp)), Some(loc));
-                    }
+                let mut entries = Vec::new();
+                ix.scan_shard(0, 0, |fp, loc| {
+                    entries.push((fp, loc));
+                    true
+                });
+                prop_assert_eq!(entries.len(), ix.len());
+                for (fp, loc) in entries {
+                    prop_assert_eq!(ix.get(mk(0, fp)), Some(loc));
                 }
             }
         }
