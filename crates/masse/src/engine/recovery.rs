@@ -499,14 +499,15 @@ fn drop_dangling(e: &Engine, hdrs: &BandHeaders, written: &[u64], groups: &[Vec<
         .map(|r| fingerprint(r.digest))
         .collect();
     let mut lost = 0u64;
-    e.index.retain_entries(|fp, loc| {
+    let readable = |loc: u64| {
         let loc = Loc(loc);
         let b = l.band_of_slot(loc.slot()) as usize;
-        let ok = hdrs.first[b].is_some() && l.slot_in_band(loc.slot()) < written[b];
-        if !ok && !loc.is_tombstone() && !on_pad.contains(&fp) {
+        hdrs.first[b].is_some() && l.slot_in_band(loc.slot()) < written[b]
+    };
+    e.index.retain_reporting(readable, |fp, loc| {
+        if !Loc(loc).is_tombstone() && !on_pad.contains(&fp) {
             lost += 1;
         }
-        ok
     });
     if lost > 0 {
         e.counters.corruptions.fetch_add(lost, Relaxed);

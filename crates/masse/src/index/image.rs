@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use super::shard::Shard;
-use super::table::{log2, min_cap_for, slot_bytes, Probe, Table};
+use super::table::{home_at, log2, min_cap_for, slot_bytes, Probe, Slot, Table};
 use super::Index;
 
 /// Size of the header of a shard image.
@@ -172,8 +172,8 @@ impl Index {
     /// converted (re-placed), not rejected.
     pub fn load_shard_image(&self, shard: usize, image: &[u8]) -> Result<(), IndexImageError> {
         let p = self.shard_slot(shard)?;
-        let (table, overflow) = parse_image(image)?;
-        let s = self.adopt(table, overflow);
+        let (table, overflow, count) = parse_image(image)?;
+        let s = self.adopt(table, overflow, count);
         *p.write() = s;
         Ok(())
     }
@@ -209,9 +209,10 @@ impl Index {
 
     /// A shard of a validated image, converted to this index's location width
     /// if the image's differs.
-    fn adopt(&self, table: Table, mut overflow: BTreeMap<u64, u64>) -> Shard {
+    fn adopt(&self, table: Table, mut overflow: BTreeMap<u64, u64>, count: usize) -> Shard {
         if table.cap() == 0 || table.lbits() == self.lbits {
-            return Shard::from_table(table, overflow, self.max_load);
+            let len = count + overflow.len();
+            return Shard::with_len(table, overflow, len, self.max_load);
         }
         let mut spill = Vec::new();
         let entries = table.entries();
@@ -231,8 +232,11 @@ fn word(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
-/// Decodes and validates a shard image into a table and an overflow map.
-pub(super) fn parse_image(image: &[u8]) -> Result<(Table, BTreeMap<u64, u64>), IndexImageError> {
+/// A validated image: its table, its overflow map, and the table's entry count.
+type Parsed = (Table, BTreeMap<u64, u64>, usize);
+
+/// Decodes and validates a shard image.
+pub(super) fn parse_image(image: &[u8]) -> Result<Parsed, IndexImageError> {
     if image.len() < IMAGE_HEADER {
         return Err(IndexImageError::BadLength {
             expected: Some(IMAGE_HEADER as u64),
@@ -271,41 +275,25 @@ pub(super) fn parse_image(image: &[u8]) -> Result<(Table, BTreeMap<u64, u64>), I
         .ok_or(IndexImageError::BadGeometry { capacity: cap64 })?;
     check_table(&table, count)?;
     let overflow = parse_overflow(&table, &image[raw_end..])?;
-    Ok((table, overflow))
+    Ok((table, overflow, count as usize))
 }
 
 /// The structural checks of a loaded table (see [`Index::load_shard_image`]).
 fn check_table(t: &Table, count: u64) -> Result<(), IndexImageError> {
     let cap = t.cap();
     let mut actual = 0u64;
+    let mut prev = if cap == 0 {
+        None
+    } else {
+        Some(t.slot(cap - 1))
+    };
     for pos in 0..cap {
         let s = t.slot(pos);
-        let disordered = Err(IndexImageError::Disordered { slot: pos as u64 });
-        if t.has_stray_bits(pos) || (s.f == 0 && (s.r != 0 || s.loc != 0)) {
-            return disordered;
+        let p = std::mem::replace(&mut prev, Some(s)).unwrap_or(s);
+        if !slot_in_order(t, pos, s, p) {
+            return Err(IndexImageError::Disordered { slot: pos as u64 });
         }
-        if s.f == 0 {
-            continue;
-        }
-        actual += 1;
-        let d = (s.f - 1) as usize;
-        // The home must be some quotient's, and the fingerprint non-zero.
-        let quot = (d < cap)
-            .then(|| t.quot_of_home((pos + cap - d) % cap))
-            .flatten();
-        if quot.is_none_or(|q| q == 0 && s.r == 0) {
-            return disordered;
-        }
-        // Probe order: an entry displaced by d > 0 must follow a non-empty
-        // slot displaced by at least d − 1, and by exactly d − 1 (same home)
-        // only with a smaller remainder. This makes every entry reachable by
-        // `probe` and rules out duplicate fingerprints.
-        if d > 0 {
-            let prev = t.slot((pos + cap - 1) % cap);
-            if prev.f == 0 || prev.f + 1 < s.f || (prev.f + 1 == s.f && prev.r >= s.r) {
-                return disordered;
-            }
-        }
+        actual += (s.f != 0) as u64;
     }
     if actual != count {
         return Err(IndexImageError::BadCount {
@@ -319,6 +307,30 @@ fn check_table(t: &Table, count: u64) -> Result<(), IndexImageError> {
         });
     }
     Ok(())
+}
+
+/// Whether slot `pos` (`s`, after `prev`) is well-formed: no bits outside its
+/// fields, nothing in an empty slot, a home that is some quotient's, a
+/// non-zero fingerprint, and probe order: an entry displaced by d > 0 must
+/// follow a non-empty slot displaced by at least d − 1, and by exactly d − 1
+/// (same home) only with a smaller remainder. That makes every entry
+/// reachable by `probe` and rules out duplicate fingerprints.
+fn slot_in_order(t: &Table, pos: usize, s: Slot, prev: Slot) -> bool {
+    let cap = t.cap();
+    if t.has_stray_bits(pos) {
+        return false;
+    }
+    if s.f == 0 {
+        return s.r == 0 && s.loc == 0;
+    }
+    let d = (s.f - 1) as usize;
+    let quot = (d < cap)
+        .then(|| t.quot_of_home(home_at(pos, d, cap)))
+        .flatten();
+    if quot.is_none_or(|q| q == 0 && s.r == 0) {
+        return false;
+    }
+    d == 0 || (prev.f != 0 && prev.f + 1 >= s.f && (prev.f + 1 != s.f || prev.r < s.r))
 }
 
 /// Decodes an image's overflow entries: fingerprints non-zero, strictly

@@ -455,15 +455,19 @@ impl Index {
 
     /// Removes every entry whose location fails `f` (called once per entry,
     /// shard by shard, each shard under its write lock).
-    pub fn retain(&self, mut f: impl FnMut(u64) -> bool) {
-        self.retain_entries(|_, loc| f(loc));
+    pub fn retain(&self, f: impl FnMut(u64) -> bool) {
+        self.retain_reporting(f, |_, _| {});
     }
 
-    /// Like [`Index::retain`], but `f` also sees each entry's stored
-    /// [`fingerprint`], so a caller can match entries against known digests.
-    pub fn retain_entries(&self, mut f: impl FnMut(u64, u64) -> bool) {
+    /// Like [`Index::retain`], and calls `removed(fingerprint, location)` for
+    /// each entry removed, so a caller can match them against known digests.
+    pub fn retain_reporting(
+        &self,
+        mut keep: impl FnMut(u64) -> bool,
+        mut removed: impl FnMut(u64, u64),
+    ) {
         for p in self.shards.iter() {
-            p.0.write().retain(&mut f);
+            p.0.write().retain(&mut keep, &mut removed);
         }
     }
 
@@ -644,11 +648,23 @@ mod tests {
                 }
                 Op::Retain(x) => {
                     let mut calls = 0usize;
-                    ix.retain(|loc| {
-                        calls += 1;
-                        loc != x
-                    });
+                    let mut gone = Vec::new();
+                    ix.retain_reporting(
+                        |loc| {
+                            calls += 1;
+                            loc != x
+                        },
+                        |fp, loc| gone.push((fp, loc)),
+                    );
                     assert_eq!(calls, model.len(), "retain calls f once per entry");
+                    let mut want: Vec<(u64, u64)> = model
+                        .iter()
+                        .filter(|(_, v)| **v == x)
+                        .map(|(k, v)| (k.1, *v))
+                        .collect();
+                    gone.sort_unstable();
+                    want.sort_unstable();
+                    assert_eq!(gone, want, "each removed entry is reported once");
                     model.retain(|_, v| *v != x);
                 }
             }

@@ -52,7 +52,12 @@ impl Shard {
     }
 
     /// A shard of `table` and `overflow` holding `len` entries in all.
-    fn with_len(table: Table, overflow: BTreeMap<u64, u64>, len: usize, max_load: f64) -> Shard {
+    pub(super) fn with_len(
+        table: Table,
+        overflow: BTreeMap<u64, u64>,
+        len: usize,
+        max_load: f64,
+    ) -> Shard {
         Shard {
             max_len: max_len_for(table.cap(), max_load),
             table,
@@ -150,13 +155,25 @@ impl Shard {
         *self = Shard::with_len(table, overflow, self.len, max_load);
     }
 
-    /// Removes the entries whose `(fp, loc)` fails `f`; returns how many.
-    pub(super) fn retain(&mut self, f: &mut impl FnMut(u64, u64) -> bool) -> usize {
-        let before = self.overflow.len();
-        self.overflow.retain(|&fp, &mut loc| f(fp, loc));
-        let removed = self.table.retain(f) + before - self.overflow.len();
-        self.len -= removed;
-        removed
+    /// Removes the entries whose location fails `keep`, calling `removed(fp,
+    /// loc)` for each; returns how many.
+    pub(super) fn retain(
+        &mut self,
+        keep: &mut impl FnMut(u64) -> bool,
+        removed: &mut impl FnMut(u64, u64),
+    ) -> usize {
+        let mut n = 0;
+        self.overflow.retain(|&fp, &mut loc| {
+            let k = keep(loc);
+            if !k {
+                removed(fp, loc);
+                n += 1;
+            }
+            k
+        });
+        n += self.table.retain(keep, removed);
+        self.len -= n;
+        n
     }
 
     /// Calls `f(loc)` for every entry (table in slot order, then overflow).

@@ -255,7 +255,7 @@ impl Table {
     pub(super) fn fp_at(&self, pos: usize) -> u64 {
         let s = self.slot(pos);
         let d = s.f.saturating_sub(1) as usize;
-        let h = (pos + self.cap - d % self.cap) % self.cap;
+        let h = home_at(pos, d % self.cap, self.cap);
         let quot = self.quot_of_home(h).unwrap_or(0);
         quot.checked_shl(self.rbits()).unwrap_or(0) | s.r
     }
@@ -391,7 +391,7 @@ impl Table {
             cap - w + start
         };
         (first..cap)
-            .map(move |rank| (rank + w) % cap)
+            .map(move |rank| wrap(rank + w, cap))
             .filter(move |&pos| self.f(pos) != 0)
     }
 
@@ -461,7 +461,7 @@ impl Table {
             if s.f == 0 {
                 return None;
             }
-            let h = (pos + cap - (s.f - 1) as usize % cap) % cap;
+            let h = home_at(pos, (s.f - 1) as usize % cap, cap);
             while self.home_of_quot(quot) < h {
                 quot += 1;
             }
@@ -469,37 +469,46 @@ impl Table {
         })
     }
 
-    /// Removes the entries whose `(fp, loc)` fails `f`, in one pass, keeping
-    /// the probe order; returns how many were removed.
-    pub(super) fn retain(&mut self, f: &mut impl FnMut(u64, u64) -> bool) -> usize {
+    /// Removes the entries whose location fails `keep`, in one pass, keeping
+    /// the probe order, and calls `removed(fp, loc)` for each one removed;
+    /// returns how many. (Fingerprints are recovered only for those: a pass
+    /// over a large table that keeps everything does no quotient arithmetic.)
+    pub(super) fn retain(
+        &mut self,
+        keep: &mut impl FnMut(u64) -> bool,
+        removed: &mut impl FnMut(u64, u64),
+    ) -> usize {
         let cap = self.cap;
         // Start right after an empty slot, so no cluster straddles the start.
         let Some(empty) = (0..cap).find(|&p| self.f(p) == 0) else {
             return 0;
         };
         let start = empty + 1;
-        let mut removed = 0;
+        let mut n = 0;
         // `w`: first free position (unwrapped coordinates, start..start+cap).
         let mut w = start;
         for lin in start..start + cap {
-            let pos = lin % cap;
+            let pos = wrap(lin, cap);
             let s = self.slot(pos);
             if s.f == 0 {
                 continue;
             }
-            let keep = f(self.fp_at(pos), s.loc);
-            self.put(pos, 0, 0, 0);
-            if !keep {
-                removed += 1;
+            if !keep(s.loc) {
+                removed(self.fp_at(pos), s.loc);
+                self.put(pos, 0, 0, 0);
+                n += 1;
                 continue;
             }
+            // Moving back only shrinks a displacement.
             let home_lin = lin - (s.f - 1) as usize;
             let dst = home_lin.max(w);
-            // Moving back only shrinks a displacement.
-            self.put(dst % cap, (dst - home_lin) as u32 + 1, s.r, s.loc);
+            if dst != lin {
+                self.put(pos, 0, 0, 0);
+                self.put(wrap(dst, cap), (dst - home_lin) as u32 + 1, s.r, s.loc);
+            }
             w = dst + 1;
         }
-        removed
+        n
     }
 
     /// Loads `raw` (a table's packed slots, as [`Table::raw`] gives them).
@@ -511,6 +520,22 @@ impl Table {
         t.bytes[..raw.len()].copy_from_slice(raw);
         Some(t)
     }
+}
+
+/// `x mod cap` for `x < 2 · cap`, without a division (hot loops run it per slot).
+#[inline]
+fn wrap(x: usize, cap: usize) -> usize {
+    if x >= cap {
+        x - cap
+    } else {
+        x
+    }
+}
+
+/// The home of an entry at `pos` displaced by `d < cap`, cyclically.
+#[inline]
+pub(super) fn home_at(pos: usize, d: usize, cap: usize) -> usize {
+    wrap(pos + cap - d, cap)
 }
 
 /// Largest entry count allowed in a table of `cap` slots.
