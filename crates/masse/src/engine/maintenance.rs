@@ -15,6 +15,7 @@ use std::time::Duration;
 
 /// Background loop: GC when free bands run low, checkpoints by bytes written.
 pub(crate) fn run(e: Arc<Engine>) {
+    lower_priority();
     while wait_tick(&e) {
         if e.check_failed().is_err() {
             continue;
@@ -28,6 +29,23 @@ pub(crate) fn run(e: Arc<Engine>) {
                 e.fail(format!("checkpoint failed: {err}"));
             }
         }
+    }
+}
+
+/// Background work yields the CPU to the threads users wait on (nice + 10,
+/// at most 19, for this thread only). On a machine with few cores, GC's parsing and index
+/// updates otherwise take the CPU a get's thread needs when its read
+/// completes, and the get waits a scheduler slice (≈ 1 ms) on top of the
+/// disk. A write that waits for space runs its own GC pass on its own thread
+/// (`gc::wait_for_space`), so a busy CPU cannot starve writers out of space.
+fn lower_priority() {
+    // SAFETY: get/setpriority with this thread's id read and change only
+    // this thread's nice value; they touch no memory of ours. A failure
+    // leaves the priority as it was.
+    unsafe {
+        let tid = libc::gettid() as libc::id_t;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
+        libc::setpriority(libc::PRIO_PROCESS, tid, (nice + 10).min(19));
     }
 }
 
