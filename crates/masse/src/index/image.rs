@@ -192,8 +192,10 @@ impl Index {
         entries.sort_unstable();
         let cap = if cap == 0 { 0 } else { cap.max(self.min_cap) };
         let mut spill = Vec::new();
+        let n = entries.len();
         let table = Table::from_sorted(cap, self.lbits, entries.into_iter(), &mut spill);
-        *p.write() = Shard::from_table(table, spill.into_iter().collect(), self.max_load);
+        let overflow = spill.into_iter().collect();
+        *p.write() = Shard::with_len(table, overflow, n, self.max_load);
         Ok(())
     }
 
@@ -282,18 +284,17 @@ pub(super) fn parse_image(image: &[u8]) -> Result<Parsed, IndexImageError> {
 fn check_table(t: &Table, count: u64) -> Result<(), IndexImageError> {
     let cap = t.cap();
     let mut actual = 0u64;
-    let mut prev = if cap == 0 {
-        None
-    } else {
-        Some(t.slot(cap - 1))
-    };
+    // The slot before the first is the last (clusters wrap); each slot is
+    // decoded once and carried as the next one's predecessor.
+    let empty = Slot { f: 0, r: 0, loc: 0 };
+    let mut prev = if cap == 0 { empty } else { t.slot(cap - 1) };
     for pos in 0..cap {
         let s = t.slot(pos);
-        let p = std::mem::replace(&mut prev, Some(s)).unwrap_or(s);
-        if !slot_in_order(t, pos, s, p) {
+        if !slot_in_order(t, pos, s, prev) {
             return Err(IndexImageError::Disordered { slot: pos as u64 });
         }
         actual += (s.f != 0) as u64;
+        prev = s;
     }
     if actual != count {
         return Err(IndexImageError::BadCount {

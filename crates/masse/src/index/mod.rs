@@ -58,7 +58,7 @@
 //! (×1.25 would give 16.5; its fewer rehashes insert faster). An index built
 //! with [`Index::with_capacity`] for the number of keys it will hold is sized
 //! to just under `max_load` up front (≈ 14.9 bytes/key at 10^8 keys) and does
-//! not grow. Measured figures are in `docs/benchmarks.md` ("Index memory").
+//! not grow. Measured figures are in `docs/benchmarks.md` ("Index DRAM per key").
 
 //! # Why two keys are (practically) never confused
 //!
