@@ -141,6 +141,17 @@ pub struct DemoArgs {
     #[arg(long, value_enum, value_name = "POLICY", default_value = "greedy")]
     pub gc_policy: GcPolicyArg,
 
+    /// Most bytes of segment writes the writer keeps in flight on a capacity device
+    /// (0 = no limit). Fewer keep gets from queueing behind GC's bursts of segment
+    /// writes; more raise peak write bandwidth. Default: 0.
+    #[arg(long, value_name = "BYTES", value_parser = size_arg)]
+    pub writer_inflight: Option<u64>,
+
+    /// Do not TRIM (hole-punch) the bands GC frees: on a file-backed pool the punch
+    /// stalls concurrent gets.
+    #[arg(long)]
+    pub no_trim: bool,
+
     /// Seed of the per-thread random generators and of the values.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -685,6 +696,7 @@ struct Workload {
     key_dist: KeyDist,
     zipf_theta: Option<f64>,
     gc_policy: GcPolicyArg,
+    writer_inflight_bytes: u64,
     seed: u64,
     record_bytes: u64,
     data_bytes: u64,
@@ -782,7 +794,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
     out(format!("machine   {}", machine.to_line()));
     let phases: Vec<&str> = a.phases.iter().map(|p| p.name()).collect();
     out(format!(
-        "workload  {} keys of {key_size} bytes, values of {value_size} bytes ({} of records); {} threads; phases {}; seed {}{}{}{}",
+        "workload  {} keys of {key_size} bytes, values of {value_size} bytes ({} of records); {} threads; phases {}; seed {}{}{}{}{}",
         a.num,
         fmt_bytes(data),
         a.threads,
@@ -796,14 +808,23 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
         match a.gc_policy {
             GcPolicyArg::CostBenefit => "; cost-benefit GC",
             GcPolicyArg::Greedy => "",
-        }
+        },
+        a.writer_inflight
+            .map(|b| format!("; writer in flight {}", fmt_bytes(b)))
+            .unwrap_or_default()
+            + if a.no_trim { "; no TRIM" } else { "" }
     ));
 
-    let opts = Options {
+    let mut opts = Options {
         expected_keys: num,
         gc_policy: a.gc_policy.into(),
         ..Options::default()
     };
+    opts.trim_freed_bands = !a.no_trim;
+    if let Some(b) = a.writer_inflight {
+        opts.writer_inflight_bytes = b as usize;
+    }
+    let writer_inflight_bytes = opts.writer_inflight_bytes as u64;
     let t0 = Instant::now();
     let db = place.create(&a.pool, &a.geo, a.force, opts)?;
     let layout = PoolLayout::of(&db);
@@ -844,6 +865,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
             key_dist: a.key_dist,
             zipf_theta: (a.key_dist == KeyDist::Zipfian).then_some(a.zipf_theta),
             gc_policy: a.gc_policy,
+            writer_inflight_bytes,
             seed: a.seed,
             record_bytes: rec,
             data_bytes: data,

@@ -121,6 +121,8 @@ pub struct Scripted {
     pub block_writes: std::sync::atomic::AtomicBool,
     pub blocked: std::sync::atomic::AtomicBool,
     pub syncs_left: std::sync::atomic::AtomicI64,
+    /// The most bytes one `write_batch` call has carried.
+    pub max_batch: std::sync::atomic::AtomicUsize,
 }
 
 impl Scripted {
@@ -130,6 +132,7 @@ impl Scripted {
             block_writes: false.into(),
             blocked: false.into(),
             syncs_left: (-1).into(),
+            max_batch: 0.into(),
         })
     }
     fn gate(&self) {
@@ -160,6 +163,9 @@ impl Device for Scripted {
     }
     fn write_batch(&self, ops: &[(u64, &[u8])]) -> std::io::Result<()> {
         self.gate();
+        let bytes = ops.iter().map(|o| o.1.len()).sum();
+        self.max_batch
+            .fetch_max(bytes, std::sync::atomic::Ordering::SeqCst);
         self.mem.write_batch(ops)
     }
     fn sync(&self) -> std::io::Result<()> {

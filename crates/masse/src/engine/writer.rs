@@ -140,8 +140,11 @@ impl<'e> Burst<'e> {
         Ok(())
     }
 
-    /// Submit the segment writes collected so far, one batch per device.
+    /// Submit the segment writes collected so far, per device, in batches of
+    /// at most `writer_inflight_bytes` (Options): a get queued behind the
+    /// batch waits for all of it.
     fn submit_segments(&mut self) -> Result<()> {
+        let cap = self.e.opts.writer_inflight_bytes;
         for dev in 0..self.touched.len() {
             let mine: Vec<_> = self.pending.iter().filter(|p| p.0 == dev).collect();
             if mine.is_empty() {
@@ -154,8 +157,10 @@ impl<'e> Burst<'e> {
                 .map(|(p, g)| (p.1, &g[p.3..p.4]))
                 .collect();
             let d = &self.e.pool.caps[dev];
-            d.write_batch(&ops)
-                .map_err(|e| Error::io(&d.info().path, "writing segments", e))?;
+            for batch in byte_batches(&ops, cap) {
+                d.write_batch(batch)
+                    .map_err(|e| Error::io(&d.info().path, "writing segments", e))?;
+            }
         }
         self.pending.clear();
         Ok(())
@@ -192,10 +197,72 @@ impl<'e> Burst<'e> {
             let (dev, off) = e.layout.band_addr(band);
             let h = e.layout.geo.band_header_size as u64;
             // TRIM failure is not data loss; the band is free either way.
-            let _ = e.pool.caps[dev].discard(off + h, e.layout.geo.band_size - h);
+            if e.opts.trim_freed_bands {
+                let _ = e.pool.caps[dev].discard(off + h, e.layout.geo.band_size - h);
+            }
             e.bands.lock().release(band);
             e.bands.notify_space();
             w.complete(Ok(()));
         }
+    }
+}
+
+/// `ops` split, in order, into runs of at most `cap` bytes each (0 = one run);
+/// a single write larger than `cap` is a run of its own.
+fn byte_batches<'a, 'b>(
+    ops: &'a [(u64, &'b [u8])],
+    cap: usize,
+) -> impl Iterator<Item = &'a [(u64, &'b [u8])]> {
+    let mut rest = ops;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut n = 1;
+        let mut bytes = rest[0].1.len();
+        while cap != 0 && n < rest.len() && bytes + rest[n].1.len() <= cap {
+            bytes += rest[n].1.len();
+            n += 1;
+        }
+        if cap == 0 {
+            n = rest.len();
+        }
+        let (head, tail) = rest.split_at(n);
+        rest = tail;
+        Some(head)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::byte_batches;
+
+    fn runs(lens: &[usize], cap: usize) -> Vec<Vec<usize>> {
+        let bufs: Vec<Vec<u8>> = lens.iter().map(|&n| vec![0u8; n]).collect();
+        let ops: Vec<(u64, &[u8])> = bufs.iter().map(|b| (0, b.as_slice())).collect();
+        byte_batches(&ops, cap)
+            .map(|r| r.iter().map(|o| o.1.len()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn batches_stay_under_the_cap_in_order() {
+        let k = 1 << 10;
+        assert_eq!(
+            runs(&[256 * k; 5], 512 * k),
+            vec![vec![256 * k; 2], vec![256 * k; 2], vec![256 * k]]
+        );
+        assert_eq!(runs(&[256 * k; 3], 256 * k), vec![vec![256 * k]; 3]);
+        // Larger than the cap: alone, never split or dropped.
+        assert_eq!(
+            runs(&[4 * k, 1024 * k, 4 * k, 4 * k], 256 * k),
+            vec![vec![4 * k], vec![1024 * k], vec![4 * k, 4 * k]]
+        );
+    }
+
+    #[test]
+    fn zero_cap_is_one_batch_and_empty_is_none() {
+        assert_eq!(runs(&[1, 2, 3], 0), vec![vec![1, 2, 3]]);
+        assert!(runs(&[], 4096).is_empty());
     }
 }
