@@ -112,6 +112,26 @@ pub fn find_bytes(dev: &masse::device::MemDevice, needle: &[u8]) -> Option<u64> 
     None
 }
 
+/// A tiered pool on a memory fast tier of `fast` bytes and a [`Scripted`]
+/// capacity device of `cap` bytes, with the given segment and band sizes.
+pub fn scripted_tiered(
+    fast: &MemDevice,
+    cap: u64,
+    segment: u32,
+    band: u64,
+) -> (PoolConfig, Arc<Scripted>) {
+    let dev = Scripted::new(MemDevice::new(cap));
+    let cfg = PoolConfig {
+        fast: Some(DeviceSpec::Device(Arc::new(fast.clone()) as Arc<dyn Device>)),
+        capacity: vec![DeviceSpec::Device(dev.clone() as Arc<dyn Device>)],
+        mode: Some(Mode::Tiered),
+        segment_size: Some(segment),
+        band_size: Some(band),
+        ..Default::default()
+    };
+    (cfg, dev)
+}
+
 /// A MemDevice with a script for crash tests: `block_writes` makes the next
 /// write wait until it is cleared (so messages pile up behind a writer stuck in
 /// a burst), and `syncs_left` (when ≥ 0) lets that many more syncs succeed and

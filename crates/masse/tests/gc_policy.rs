@@ -4,6 +4,7 @@
 //! reopen, when band ages come from log order.
 mod common;
 use common::*;
+use masse::device::Device;
 use masse::{Db, GcPolicy, Options};
 
 /// The band currently open for writes.
@@ -87,9 +88,14 @@ fn state(db: &Db, band: u32) -> &'static str {
 }
 
 fn pool_with(p: &MemPool, policy: GcPolicy) -> Db {
+    pool_trimming(p, policy, true)
+}
+
+fn pool_trimming(p: &MemPool, policy: GcPolicy, trim: bool) -> Db {
     let o = Options {
         background_gc: false,
         gc_policy: policy,
+        trim_freed_bands: trim,
         ..opts()
     };
     Db::create(&p.config(), o).expect("create")
@@ -144,4 +150,25 @@ fn cost_benefit_dates_bands_by_log_order_after_reopen() {
     let db = Db::open(&p.config(), o).expect("reopen");
     gc_empties(&db, &c, c.old, c.young);
     db.close().expect("close");
+}
+
+/// `Options::trim_freed_bands`: the band GC frees is TRIMmed unless it is off
+/// (a hole punch stalls concurrent gets on a pool file); either way it is free
+/// and every value reads back.
+#[test]
+fn freed_bands_are_trimmed_only_when_asked() {
+    for trim in [true, false] {
+        let p = small_pool();
+        let db = pool_trimming(&p, GcPolicy::Greedy, trim);
+        let c = old_and_young(&db);
+        let before = p.caps[0].counters().snapshot().bytes_discarded;
+        gc_empties(&db, &c, c.young, c.old);
+        let trimmed = p.caps[0].counters().snapshot().bytes_discarded - before;
+        assert_eq!(
+            trimmed > 0,
+            trim,
+            "trim_freed_bands {trim}: {trimmed} bytes discarded"
+        );
+        db.close().expect("close");
+    }
 }

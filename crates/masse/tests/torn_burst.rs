@@ -5,10 +5,8 @@
 //! summary was damaged (issue 12, defect 7).
 mod common;
 use common::*;
-use masse::device::Device;
-use masse::{Db, DeviceSpec, Mode, PoolConfig, WriteBatch};
+use masse::{Db, WriteBatch};
 use std::sync::atomic::Ordering::SeqCst;
-use std::sync::Arc;
 
 const SEG: u32 = 16 << 10;
 const BAND: u64 = 4096 + 8 * SEG as u64;
@@ -17,15 +15,7 @@ const BIG: usize = 15_000;
 #[test]
 fn a_torn_segment_followed_by_an_intact_one_is_not_corruption() {
     let fast = masse::device::MemDevice::new(64 << 20);
-    let cap = Scripted::new(masse::device::MemDevice::new(16 << 20));
-    let cfg = PoolConfig {
-        fast: Some(DeviceSpec::Device(Arc::new(fast.clone()) as Arc<dyn Device>)),
-        capacity: vec![DeviceSpec::Device(cap.clone() as Arc<dyn Device>)],
-        mode: Some(Mode::Tiered),
-        segment_size: Some(SEG),
-        band_size: Some(BAND),
-        ..Default::default()
-    };
+    let (cfg, cap) = scripted_tiered(&fast, 16 << 20, SEG, BAND);
     let opts = masse::Options {
         background_gc: false,
         checkpoint_interval: 0,

@@ -5,10 +5,8 @@
 //! batch, which shows the test can tell the two apart.
 mod common;
 use common::*;
-use masse::device::Device;
-use masse::{Db, DeviceSpec, Mode, PoolConfig};
+use masse::Db;
 use std::sync::atomic::Ordering::SeqCst;
-use std::sync::Arc;
 
 const SEG: u32 = 64 << 10;
 const BAND: u64 = 4096 + 16 * SEG as u64;
@@ -17,15 +15,7 @@ const BAND: u64 = 4096 + 16 * SEG as u64;
 /// segments pile up behind it, then every record read back.
 fn largest_batch(inflight: usize) -> usize {
     let fast = masse::device::MemDevice::new(64 << 20);
-    let cap = Scripted::new(masse::device::MemDevice::new(32 << 20));
-    let cfg = PoolConfig {
-        fast: Some(DeviceSpec::Device(Arc::new(fast) as Arc<dyn Device>)),
-        capacity: vec![DeviceSpec::Device(cap.clone() as Arc<dyn Device>)],
-        mode: Some(Mode::Tiered),
-        segment_size: Some(SEG),
-        band_size: Some(BAND),
-        ..Default::default()
-    };
+    let (cfg, cap) = scripted_tiered(&fast, 32 << 20, SEG, BAND);
     let opts = masse::Options {
         background_gc: false,
         checkpoint_interval: 0,

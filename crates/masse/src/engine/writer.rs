@@ -218,14 +218,10 @@ fn byte_batches<'a, 'b>(
         if rest.is_empty() {
             return None;
         }
-        let mut n = 1;
-        let mut bytes = rest[0].1.len();
-        while cap != 0 && n < rest.len() && bytes + rest[n].1.len() <= cap {
+        let (mut n, mut bytes) = (1, rest[0].1.len());
+        while n < rest.len() && (cap == 0 || bytes + rest[n].1.len() <= cap) {
             bytes += rest[n].1.len();
             n += 1;
-        }
-        if cap == 0 {
-            n = rest.len();
         }
         let (head, tail) = rest.split_at(n);
         rest = tail;
