@@ -10,7 +10,7 @@ use crate::workload::{count_arg, new_hist, out, run_threads, write_json, Progres
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use masse::format::record_footprint;
-use masse::{Db, GcPolicy, Options, Stats, MAX_KEY_LEN, MAX_VALUE_LEN};
+use masse::{Db, GcPolicy, Options, Stats, TrimPolicy, MAX_KEY_LEN, MAX_VALUE_LEN};
 use masse_cli::keydist::{KeyDist, Zipfian, DEFAULT_THETA};
 use masse_cli::qos::Latency as Lat;
 use masse_cli::rng::{mix64, SplitMix64};
@@ -27,6 +27,28 @@ pub enum GcPolicyArg {
     Greedy,
     /// (1 − u) · age / (1 + u): old bands' free space counts for more.
     CostBenefit,
+}
+
+/// `masse::TrimPolicy` on the command line.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrimArg {
+    /// TRIM on drives, not on pool files (where it is a hole punch that stalls gets).
+    Auto,
+    /// TRIM every band GC frees, a hole punch on a pool file.
+    Always,
+    /// Never TRIM.
+    Never,
+}
+
+impl From<TrimArg> for TrimPolicy {
+    fn from(t: TrimArg) -> TrimPolicy {
+        match t {
+            TrimArg::Auto => TrimPolicy::Auto,
+            TrimArg::Always => TrimPolicy::Always,
+            TrimArg::Never => TrimPolicy::Never,
+        }
+    }
 }
 
 impl From<GcPolicyArg> for GcPolicy {
@@ -147,9 +169,13 @@ pub struct DemoArgs {
     #[arg(long, value_name = "BYTES", value_parser = size_arg)]
     pub writer_inflight: Option<u64>,
 
-    /// Do not TRIM (hole-punch) the bands GC frees: on a file-backed pool the punch
-    /// stalls concurrent gets.
-    #[arg(long)]
+    /// Whether GC TRIMs the bands it frees: `auto` on drives but not on pool files,
+    /// where the TRIM is a hole punch that stalls concurrent gets.
+    #[arg(long, value_enum, value_name = "WHEN", default_value = "auto")]
+    pub trim: TrimArg,
+
+    /// Same as `--trim never` (kept for the commands docs/benchmarks.md cites).
+    #[arg(long, conflicts_with = "trim")]
     pub no_trim: bool,
 
     /// Seed of the per-thread random generators and of the values.
@@ -697,7 +723,7 @@ struct Workload {
     zipf_theta: Option<f64>,
     gc_policy: GcPolicyArg,
     writer_inflight_bytes: u64,
-    trim_freed_bands: bool,
+    trim: TrimArg,
     seed: u64,
     record_bytes: u64,
     data_bytes: u64,
@@ -788,6 +814,7 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
 
 fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> CliResult<i32> {
     let (key_size, value_size) = (a.key_size as usize, a.value_size as usize);
+    let trim = if a.no_trim { TrimArg::Never } else { a.trim };
 
     let machine = Machine::probe();
     let command = command_line();
@@ -813,7 +840,11 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
         a.writer_inflight
             .map(|b| format!("; writer in flight {}", fmt_bytes(b)))
             .unwrap_or_default()
-            + if a.no_trim { "; no TRIM" } else { "" }
+            + match trim {
+                TrimArg::Auto => "",
+                TrimArg::Always => "; TRIM always",
+                TrimArg::Never => "; no TRIM",
+            }
     ));
 
     let mut opts = Options {
@@ -821,7 +852,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
         gc_policy: a.gc_policy.into(),
         ..Options::default()
     };
-    opts.trim_freed_bands = !a.no_trim;
+    opts.trim_freed_bands = trim.into();
     if let Some(b) = a.writer_inflight {
         opts.writer_inflight_bytes = b as usize;
     }
@@ -867,7 +898,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
             zipf_theta: (a.key_dist == KeyDist::Zipfian).then_some(a.zipf_theta),
             gc_policy: a.gc_policy,
             writer_inflight_bytes,
-            trim_freed_bands: !a.no_trim,
+            trim,
             seed: a.seed,
             record_bytes: rec,
             data_bytes: data,

@@ -186,6 +186,7 @@ fn demo_churn_reports_reads_during_gc() {
         assert!(out.contains(row), "readwrite lacks {row:?}");
     }
     assert_eq!(j["workload"]["gc_policy"], "cost-benefit");
+    assert_eq!(j["workload"]["trim"], "auto", "TRIM policy recorded");
     let rw = &j["phases"][2];
     assert_eq!(rw["phase"], "readwrite");
     let during = rw["read_latency_during_gc_us"]["count"]

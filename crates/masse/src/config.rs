@@ -160,6 +160,37 @@ pub enum GcPolicy {
     CostBenefit,
 }
 
+/// Whether GC TRIMs the bands it frees (design.md §9.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TrimPolicy {
+    /// TRIM on drives (a block device, the emulator, a memory device); skip it
+    /// on a pool file in a host file system. There the TRIM is a hole punch,
+    /// which helps no drive directly and costs twice: on ext4 it waits for
+    /// every direct I/O in flight on the file and holds new ones off, so gets
+    /// stall behind it (reads while GC ran: p99.9 2.3–2.9 ms with it, 0.8–1.2
+    /// ms without, docs/benchmarks.md "Overwrite churn"), and it gives back
+    /// blocks `create` reserved, so rewriting the band later needs the host
+    /// file system to have free space again.
+    #[default]
+    Auto,
+    /// TRIM every freed band, whatever the device (hole punch on a file: gives
+    /// the host file system the space back while the band is free).
+    Always,
+    /// Never TRIM: the drive moves dead bands' pages in its own GC.
+    Never,
+}
+
+impl TrimPolicy {
+    /// Does this policy TRIM freed bands on the device described by `info`?
+    pub fn trims(self, info: &crate::device::DeviceInfo) -> bool {
+        match self {
+            TrimPolicy::Auto => !info.hole_punch_discard,
+            TrimPolicy::Always => true,
+            TrimPolicy::Never => false,
+        }
+    }
+}
+
 /// Runtime tuning; none of it is persisted.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -184,13 +215,10 @@ pub struct Options {
     /// bursts are short), so peak bandwidth is kept.
     pub writer_inflight_bytes: usize,
     /// TRIM the slots of each band GC frees (a hole punch in a pool file,
-    /// BLKDISCARD on a block device). On ext4 a hole punch waits for every
-    /// direct I/O in flight on the file and holds new ones off, so gets stall
-    /// behind it: in the churn demo on the reference machine, reads while GC
-    /// ran had p99.9 2.3–2.9 ms with TRIM and 0.8–1.2 ms without
-    /// (docs/benchmarks.md, "Overwrite churn"). Default on: a QLC drive that
-    /// is told nothing must move the dead bands' pages in its own GC.
-    pub trim_freed_bands: bool,
+    /// BLKDISCARD on a block device)? Default [`TrimPolicy::Auto`]: on drives
+    /// yes, since a QLC drive that is told nothing must move the dead bands'
+    /// pages in its own GC; on pool files no.
+    pub trim_freed_bands: TrimPolicy,
     /// Expected number of keys (pre-sizes the index).
     pub expected_keys: usize,
     /// Record latency histograms (a few tens of ns per operation).
@@ -209,7 +237,7 @@ impl Default for Options {
             gc_policy: GcPolicy::default(),
             max_batch_bytes: 1 << 20,
             writer_inflight_bytes: 0,
-            trim_freed_bands: true,
+            trim_freed_bands: TrimPolicy::Auto,
             expected_keys: 0,
             histograms: true,
             background_gc: true,

@@ -42,7 +42,7 @@ pub mod stats;
 pub mod vblock;
 pub mod vfile;
 
-pub use config::{DeviceSpec, GcPolicy, IoChoice, Options, PoolConfig};
+pub use config::{DeviceSpec, GcPolicy, IoChoice, Options, PoolConfig, TrimPolicy};
 pub use db::{Activity, Db, Iter, WriteBatch};
 pub use engine::check::CheckReport;
 pub use engine::status::{BandStatus, SegmentStatus};

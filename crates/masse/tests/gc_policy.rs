@@ -4,8 +4,9 @@
 //! reopen, when band ages come from log order.
 mod common;
 use common::*;
-use masse::device::Device;
-use masse::{Db, GcPolicy, Options};
+use masse::device::{Device, FileDevice, MemDevice, OpenOptions};
+use masse::{Db, DeviceSpec, GcPolicy, Mode, Options, PoolConfig, TrimPolicy};
+use std::sync::Arc;
 
 /// The band currently open for writes.
 fn open_band(db: &Db) -> Option<u32> {
@@ -88,17 +89,17 @@ fn state(db: &Db, band: u32) -> &'static str {
 }
 
 fn pool_with(p: &MemPool, policy: GcPolicy) -> Db {
-    pool_trimming(p, policy, true)
+    pool_trimming(&p.config(), policy, TrimPolicy::Auto)
 }
 
-fn pool_trimming(p: &MemPool, policy: GcPolicy, trim: bool) -> Db {
+fn pool_trimming(cfg: &PoolConfig, policy: GcPolicy, trim: TrimPolicy) -> Db {
     let o = Options {
         background_gc: false,
         gc_policy: policy,
         trim_freed_bands: trim,
         ..opts()
     };
-    Db::create(&p.config(), o).expect("create")
+    Db::create(cfg, o).expect("create")
 }
 
 fn small_pool() -> MemPool {
@@ -152,23 +153,58 @@ fn cost_benefit_dates_bands_by_log_order_after_reopen() {
     db.close().expect("close");
 }
 
-/// `Options::trim_freed_bands`: the band GC frees is TRIMmed unless it is off
-/// (a hole punch stalls concurrent gets on a pool file); either way it is free
+/// `Options::trim_freed_bands` on a drive (here a memory device): `Auto` and
+/// `Always` TRIM the band GC frees, `Never` does not; either way it is free
 /// and every value reads back.
 #[test]
-fn freed_bands_are_trimmed_only_when_asked() {
-    for trim in [true, false] {
+fn freed_bands_are_trimmed_on_drives_unless_never() {
+    for trim in [TrimPolicy::Auto, TrimPolicy::Always, TrimPolicy::Never] {
         let p = small_pool();
-        let db = pool_trimming(&p, GcPolicy::Greedy, trim);
+        let db = pool_trimming(&p.config(), GcPolicy::Greedy, trim);
         let c = old_and_young(&db);
         let before = p.caps[0].counters().snapshot().bytes_discarded;
         gc_empties(&db, &c, c.young, c.old);
         let trimmed = p.caps[0].counters().snapshot().bytes_discarded - before;
         assert_eq!(
             trimmed > 0,
-            trim,
-            "trim_freed_bands {trim}: {trimmed} bytes discarded"
+            trim != TrimPolicy::Never,
+            "{trim:?}: {trimmed} bytes discarded"
         );
+        db.close().expect("close");
+    }
+}
+
+/// On a pool file the TRIM is a hole punch: `Auto` skips it (it stalls gets
+/// and gives back blocks `create` reserved), `Always` punches, and the host
+/// file then holds fewer blocks.
+#[test]
+fn pool_files_are_punched_only_when_always() {
+    for trim in [TrimPolicy::Auto, TrimPolicy::Always] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cap");
+        let o = OpenOptions {
+            create_size: Some(32 << 20),
+            ..Default::default()
+        };
+        let cap = Arc::new(FileDevice::open(&path, &o).expect("open pool file"));
+        assert!(cap.info().hole_punch_discard);
+        let cfg = PoolConfig {
+            fast: Some(DeviceSpec::Device(Arc::new(MemDevice::new(48 << 20)))),
+            capacity: vec![DeviceSpec::Device(cap.clone())],
+            mode: Some(Mode::Tiered),
+            segment_size: Some(16 << 10),
+            band_size: Some(256 << 10),
+            ..Default::default()
+        };
+        let db = pool_trimming(&cfg, GcPolicy::Greedy, trim);
+        let c = old_and_young(&db);
+        let blocks = || std::os::unix::fs::MetadataExt::blocks(&path.metadata().expect("stat"));
+        let (before, blocks_before) = (cap.counters().snapshot().bytes_discarded, blocks());
+        gc_empties(&db, &c, c.young, c.old);
+        let trimmed = cap.counters().snapshot().bytes_discarded - before;
+        let punched = trim == TrimPolicy::Always;
+        assert_eq!(trimmed > 0, punched, "{trim:?}: {trimmed} bytes discarded");
+        assert_eq!(blocks() < blocks_before, punched, "{trim:?}: host blocks");
         db.close().expect("close");
     }
 }

@@ -644,6 +644,7 @@ impl FileDevice {
                 backend,
                 direct_io: direct,
                 block_device,
+                hole_punch_discard: !block_device,
                 rotational: facts.rotational,
                 // Linux does not expose either; `masse probe` fills them in
                 // from its table of known drive models.

@@ -113,6 +113,7 @@ impl MemDevice {
                     backend: Backend::Memory,
                     direct_io: true,
                     block_device: false,
+                    hole_punch_discard: false,
                     rotational: false,
                     indirection_unit: 0,
                     reclaim_unit: 0,

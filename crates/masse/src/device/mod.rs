@@ -156,6 +156,10 @@ pub struct DeviceInfo {
     pub direct_io: bool,
     /// True when the device is a raw block device rather than a file.
     pub block_device: bool,
+    /// True when [`Device::discard`] punches a hole in a file of a host file
+    /// system rather than telling a drive: the hole punch waits for the
+    /// file's direct I/O in flight, and gives back space the file had reserved.
+    pub hole_punch_discard: bool,
     /// Whether the system reports the device as rotational.
     pub rotational: bool,
     /// The drive's indirection unit (FTL mapping granularity) in bytes, when

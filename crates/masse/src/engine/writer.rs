@@ -197,7 +197,7 @@ impl<'e> Burst<'e> {
             let (dev, off) = e.layout.band_addr(band);
             let h = e.layout.geo.band_header_size as u64;
             // TRIM failure is not data loss; the band is free either way.
-            if e.opts.trim_freed_bands {
+            if e.opts.trim_freed_bands.trims(e.pool.caps[dev].info()) {
                 let _ = e.pool.caps[dev].discard(off + h, e.layout.geo.band_size - h);
             }
             e.bands.lock().release(band);

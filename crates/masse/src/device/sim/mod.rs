@@ -426,6 +426,7 @@ fn sim_info(cfg: &SimConfig, profile: &Profile, capacity: u64, eb: u64) -> Devic
         backend: Backend::Memory,
         direct_io: true,
         block_device: false,
+        hole_punch_discard: false,
         rotational: false,
         indirection_unit: profile.iu,
         reclaim_unit: if profile.in_place {
