@@ -565,8 +565,8 @@ fn read_pair(e: &Engine, loc: Loc) -> Result<(Vec<u8>, Vec<u8>)> {
     let mut tries = 0;
     loop {
         let gen = e.inplace_gen.load(SeqCst);
-        let r = e.read_record(loc).and_then(|b| {
-            let (_, k, v) = decode_record(&b)?;
+        let r = e.with_record(loc, |b| {
+            let (_, k, v) = decode_record(b)?;
             Ok((k.to_vec(), v.to_vec()))
         });
         tries += 1;

@@ -100,9 +100,7 @@ impl Db {
         let mut tries = 0;
         loop {
             let gen = e.inplace_gen.load(SeqCst);
-            let r = e
-                .read_record(l)
-                .and_then(|b| Ok(decode_record(&b)?.1.to_vec()));
+            let r = e.with_record(l, |b| Ok(decode_record(b)?.1.to_vec()));
             tries += 1;
             if r.is_err() && tries < 16 && e.inplace_raced(gen) {
                 continue;
