@@ -32,6 +32,22 @@ pub fn segment(data: &[u8]) {
     let _ = SegmentHeader::decode(data);
 }
 
+/// A version-3 segment (not yet written by the engine): its tail (footer,
+/// summary with derived offsets), and the record codec on the same bytes.
+pub fn segment_v3(data: &[u8]) {
+    use masse::format::v3::*;
+    if let Ok((f, entries)) = decode_v3_tail(data) {
+        assert_eq!(entries.len(), f.nrec as usize);
+        for e in &entries {
+            // Every derived record lies inside the data area.
+            assert!(e.offset as u64 + e.len as u64 <= f.data_len as u64);
+        }
+    }
+    if let Ok(r) = decode_v3_record(data) {
+        assert!(r.len <= data.len() && !r.key.is_empty());
+    }
+}
+
 /// A superblock copy.
 pub fn superblock(data: &[u8]) {
     let _ = Superblock::decode(data);
@@ -294,6 +310,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             out.push(("pool_image", p));
         }
     }
+    out.push(("segment_v3", v3_seed()));
     let idx = Index::with_shards(4, 0);
     for i in 1..50u128 {
         let _ = idx.insert(
@@ -306,10 +323,67 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     out
 }
 
+/// A 16 KiB version-3 segment: a mark, then records of growing values (one
+/// straddles a block), their summary and footer.
+fn v3_seed() -> Vec<u8> {
+    use masse::format::v3::*;
+    let (mut data, mut sum) = (vec![0u8; SEG_HEADER], Vec::new());
+    let (mut chain, mut open, mut expect) = (SeqChain::default(), None, 0u64);
+    for i in 0..20u64 {
+        let value = vec![i as u8; (i * 97) as usize];
+        let mut c = chain;
+        let guess = spot(data.len(), open, false);
+        if guess.mark.is_some() {
+            c.mark();
+        }
+        let len = v3_record_len(3, value.len(), c.trailer_for(100 + i, i % 5 == 1));
+        let s = place_v3(data.len(), open, len);
+        let mut c = chain;
+        if let Some(m) = s.mark {
+            data.resize(m, 0);
+            encode_mark(&mut data, 7);
+            c.mark();
+        }
+        let t = c.trailer_for(100 + i, i % 5 == 1);
+        data.resize(s.record, 0);
+        encode_v3_record(&mut data, false, b"key", &value, t);
+        let e = V3Entry {
+            digest: i as u128,
+            seq: 100 + i,
+            offset: 0,
+            len: (data.len() - s.record) as u32,
+            skip: s.skip,
+            tombstone: false,
+            more: i % 5 == 1,
+        };
+        encode_v3_entry(&mut sum, &e, &mut expect);
+        (chain, open) = (c, Some(s.record / BLOCK));
+    }
+    let mut seg = vec![0u8; 32 << 10];
+    seg[..data.len()].copy_from_slice(&data);
+    let f = V3Footer {
+        segment_seq: 1,
+        pool_tag: 2,
+        nrec: 20,
+        nslots: 1,
+        data_len: data.len() as u32,
+        sum_len: sum.len() as u32,
+        min_seq: 100,
+        max_seq: 119,
+    };
+    encode_v3_tail(&mut seg, &sum, &f);
+    assert!(
+        decode_v3_tail(&seg).is_ok(),
+        "the v3 seed is a valid segment"
+    );
+    seg
+}
+
 /// Every target by name, for the corpus runner and the fuzz binaries.
 pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("record", record),
     ("segment", segment),
+    ("segment_v3", segment_v3),
     ("superblock", superblock),
     ("superblock_geometry", superblock_geometry),
     ("metadata", metadata),

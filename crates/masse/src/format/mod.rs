@@ -23,6 +23,7 @@ mod pad;
 mod record;
 mod segment;
 mod superblock;
+pub mod v3;
 mod version;
 
 pub use band::{BandHeader, BAND_FREE, BAND_HEADER_COPY, BAND_IN_USE};

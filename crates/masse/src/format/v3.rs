@@ -1,0 +1,810 @@
+//! Format version 3 codecs: the leaner record, block mark, summary entry and
+//! footer of `docs/plans/issue18-format-v3-and-index.md` §2, as pure
+//! functions. **Not yet used by the engine** (issue 18 item 2 wires them in:
+//! placement, commit, GC, scanner, recovery, check and reads); the engine
+//! still writes and reads format version 2 (`record.rs`, `segment.rs`).
+//!
+//! What changes against version 2, per record of Table 4 (23-byte keys,
+//! 100-byte values): a 24-byte header and padding to 8 bytes become an 8-byte
+//! header and, for most records, nothing else (the sequence number follows
+//! from a chain, §2.1); a 32-byte summary entry becomes about 12 bytes
+//! (offsets follow from lengths, the digest keeps the 80 bits the index uses,
+//! the sequence number is a chain too). The per-record CRC32C is unchanged;
+//! the segment tag moves from every record to an 8-byte mark in front of the
+//! first record that starts in each 4 KiB block.
+
+use super::bytes::{le32, le64, Put};
+use super::version::{MAX_KEY_LEN, MAX_VALUE_LEN};
+use crate::error::{Error, Result};
+
+/// Bytes of a version-3 record's fixed header: crc32c, then the word.
+pub const V3_HEADER: usize = 8;
+/// Bytes of a block mark.
+pub const MARK_LEN: usize = 8;
+/// Magic of a block mark, "MBLK".
+pub const MARK_MAGIC: u32 = 0x4B4C_424D;
+/// The block every mark and straddle rule is about.
+pub const BLOCK: usize = 4096;
+/// Longest LEB128 of a u64.
+const LEB_MAX: usize = 10;
+/// Word bits 0–20: 0 invalid, 1 tombstone, v + 2 a put of v bytes.
+const VCODE_MASK: u32 = (1 << 21) - 1;
+/// Word bits 21–30: key length − 1.
+const KEY_SHIFT: u32 = 21;
+/// Word bit 31: a sequence trailer follows the value.
+const TRAILER: u32 = 1 << 31;
+const _: () = assert!(MAX_VALUE_LEN + 2 <= VCODE_MASK as usize);
+const _: () = assert!(MAX_KEY_LEN <= 1 << 10);
+
+fn corrupt(what: &str) -> Error {
+    Error::Corruption(format!("format v3: {what}"))
+}
+
+/// Append the LEB128 of `v` to `out`.
+pub fn leb_put(out: &mut Vec<u8>, mut v: u64) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+/// Bytes of the LEB128 of `v`.
+pub fn leb_len(v: u64) -> usize {
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// The LEB128 at the start of `b` and its length; `None` if cut short or
+/// longer than a u64 (overlong encodings are refused, so bytes and value
+/// correspond one to one).
+pub fn leb_get(b: &[u8]) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, &x) in b.iter().take(LEB_MAX).enumerate() {
+        let part = (x & 0x7f) as u64;
+        if i == LEB_MAX - 1 && part > 1 {
+            return None;
+        }
+        v |= part << (7 * i);
+        if x & 0x80 == 0 {
+            return (i == 0 || x != 0).then_some((v, i + 1));
+        }
+    }
+    None
+}
+
+fn zigzag(d: i64) -> u64 {
+    ((d << 1) ^ (d >> 63)) as u64
+}
+
+fn unzigzag(z: u64) -> i64 {
+    ((z >> 1) as i64) ^ -((z & 1) as i64)
+}
+
+/// The sequence chain of one segment's records (plan §2.1). Writer and reader
+/// keep the same state: `expect` is the seq a record without a trailer has.
+/// A mark resets it: the first record after a mark carries its absolute seq.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SeqChain {
+    expect: u64,
+    need_abs: bool,
+}
+
+/// A record's sequence trailer, as stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trailer {
+    /// The seq is absolute (else a zigzag delta from the chain's expectation).
+    pub abs: bool,
+    /// More records of the same atomic group follow.
+    pub more: bool,
+    /// The seq or the zigzag delta.
+    pub s: u64,
+}
+
+impl Trailer {
+    fn code(&self) -> u64 {
+        self.s << 2 | (self.abs as u64) << 1 | self.more as u64
+    }
+
+    fn from_code(c: u64) -> Trailer {
+        Trailer {
+            abs: c & 2 != 0,
+            more: c & 1 != 0,
+            s: c >> 2,
+        }
+    }
+
+    /// Encoded bytes.
+    pub fn encoded_len(&self) -> usize {
+        leb_len(self.code())
+    }
+}
+
+impl SeqChain {
+    /// A mark was written or read: the next record carries its absolute seq.
+    pub fn mark(&mut self) {
+        self.need_abs = true;
+    }
+
+    /// The trailer the writer gives a record of `seq` (`None`: no trailer),
+    /// and the chain moved past it. Seqs stay below 2^62 (a trailer keeps two
+    /// flag bits beside them; at 10^9 writes a second that is 146 years).
+    pub fn trailer_for(&mut self, seq: u64, more: bool) -> Option<Trailer> {
+        debug_assert!(seq < 1 << 62);
+        let abs = Trailer {
+            abs: true,
+            more,
+            s: seq,
+        };
+        let t = if self.need_abs {
+            Some(abs)
+        } else if !more && seq == self.expect {
+            None
+        } else {
+            let d = zigzag(seq.wrapping_sub(self.expect) as i64);
+            Some(if d < 1 << 62 {
+                Trailer {
+                    abs: false,
+                    more,
+                    s: d,
+                }
+            } else {
+                abs
+            })
+        };
+        self.advance(seq, t.map(|t| t.abs).unwrap_or(false));
+        t
+    }
+
+    /// The seq and MORE flag of a record read with trailer `t`, and the chain
+    /// moved past it. The first record after a mark must carry an absolute seq.
+    pub fn resolve(&mut self, t: Option<Trailer>) -> Result<(u64, bool)> {
+        let (seq, more, abs) = match t {
+            None if self.need_abs => {
+                return Err(corrupt("first record after a mark without its seq"))
+            }
+            None => (self.expect, false, false),
+            Some(t) if t.abs => (t.s, t.more, true),
+            Some(_) if self.need_abs => {
+                return Err(corrupt("first record after a mark without its seq"))
+            }
+            Some(t) => (
+                self.expect.wrapping_add(unzigzag(t.s) as u64),
+                t.more,
+                false,
+            ),
+        };
+        self.advance(seq, abs);
+        Ok((seq, more))
+    }
+
+    fn advance(&mut self, seq: u64, abs: bool) {
+        let next = seq.wrapping_add(1);
+        self.expect = if abs { next } else { self.expect.max(next) };
+        self.need_abs = false;
+    }
+}
+
+/// Encoded length of a record with this key, value and trailer.
+pub fn v3_record_len(key_len: usize, val_len: usize, t: Option<Trailer>) -> usize {
+    V3_HEADER + key_len + val_len + t.map(|t| t.encoded_len()).unwrap_or(0)
+}
+
+/// Append a version-3 record to `out`. A tombstone's value must be empty.
+pub fn encode_v3_record(
+    out: &mut Vec<u8>,
+    tombstone: bool,
+    key: &[u8],
+    value: &[u8],
+    t: Option<Trailer>,
+) {
+    debug_assert!(!key.is_empty() && key.len() <= MAX_KEY_LEN && value.len() <= MAX_VALUE_LEN);
+    debug_assert!(!tombstone || value.is_empty());
+    let start = out.len();
+    let vcode = if tombstone { 1 } else { value.len() as u32 + 2 };
+    let word =
+        vcode | ((key.len() as u32 - 1) << KEY_SHIFT) | if t.is_some() { TRAILER } else { 0 };
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&word.to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+    if let Some(t) = t {
+        leb_put(out, t.code());
+    }
+    let crc = crc32c::crc32c(&out[start + 4..]);
+    out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A decoded version-3 record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct V3Record<'a> {
+    /// A delete.
+    pub tombstone: bool,
+    /// The key.
+    pub key: &'a [u8],
+    /// The value (empty for a tombstone).
+    pub value: &'a [u8],
+    /// The sequence trailer, if the record has one.
+    pub trailer: Option<Trailer>,
+    /// Encoded length, trailer included.
+    pub len: usize,
+}
+
+/// Decode and verify the record at the start of `b` (which may run past it).
+pub fn decode_v3_record(b: &[u8]) -> Result<V3Record<'_>> {
+    if b.len() < V3_HEADER {
+        return Err(corrupt("record cut short"));
+    }
+    let word = le32(b, 4);
+    let vcode = word & VCODE_MASK;
+    if vcode == 0 {
+        return Err(corrupt("no record here (zero value code)"));
+    }
+    let key_len = ((word & !TRAILER) >> KEY_SHIFT) as usize + 1;
+    let val_len = vcode.saturating_sub(2) as usize;
+    if val_len > MAX_VALUE_LEN {
+        return Err(corrupt("value length out of range"));
+    }
+    let body = V3_HEADER + key_len + val_len;
+    if b.len() < body {
+        return Err(corrupt("record runs past its buffer"));
+    }
+    let (trailer, tlen) = if word & TRAILER != 0 {
+        let (c, n) = leb_get(&b[body..]).ok_or_else(|| corrupt("bad sequence trailer"))?;
+        (Some(Trailer::from_code(c)), n)
+    } else {
+        (None, 0)
+    };
+    let len = body + tlen;
+    if crc32c::crc32c(&b[4..len]) != le32(b, 0) {
+        return Err(corrupt("record checksum mismatch"));
+    }
+    Ok(V3Record {
+        tombstone: vcode == 1,
+        key: &b[V3_HEADER..V3_HEADER + key_len],
+        value: &b[V3_HEADER + key_len..body],
+        trailer,
+        len,
+    })
+}
+
+/// Append a block mark for the segment tagged `tag` to `out`.
+pub fn encode_mark(out: &mut Vec<u8>, tag: u32) {
+    out.extend_from_slice(&MARK_MAGIC.to_le_bytes());
+    out.extend_from_slice(&tag.to_le_bytes());
+}
+
+/// Is there a mark of the segment tagged `tag` at the start of `b`?
+pub fn is_mark(b: &[u8], tag: u32) -> bool {
+    b.len() >= MARK_LEN && le32(b, 0) == MARK_MAGIC && le32(b, 4) == tag
+}
+
+/// Where the next record of a segment goes (plan §2.2, §2.3). `end` is the
+/// end of the previous record, `open_block` the block the last record started
+/// in (`None` before the first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spot {
+    /// Where a mark goes first, if one does.
+    pub mark: Option<usize>,
+    /// Where the record starts.
+    pub record: usize,
+    /// The record skipped to the next block (the summary's SKIP flag).
+    pub skip: bool,
+}
+
+/// The spot for the next record with the SKIP decision given (the reader's
+/// side: the summary says whether the writer skipped).
+pub fn spot(end: usize, open_block: Option<usize>, skip: bool) -> Spot {
+    let at = if skip {
+        end.next_multiple_of(BLOCK)
+    } else {
+        end
+    };
+    if !skip && open_block == Some(end / BLOCK) {
+        return Spot {
+            mark: None,
+            record: at,
+            skip,
+        };
+    }
+    // A mark never crosses a block boundary: it goes to the next block instead.
+    let mark = if at % BLOCK + MARK_LEN > BLOCK {
+        at.next_multiple_of(BLOCK)
+    } else {
+        at
+    };
+    Spot {
+        mark: Some(mark),
+        record: mark + MARK_LEN,
+        skip,
+    }
+}
+
+/// Largest gap the writer leaves to keep a record inside one block.
+pub const MAX_SKIP_GAP: usize = 512;
+
+/// The writer's spot for a record of `len` bytes: skip to the next block if
+/// the record (at most a block less a mark and a header) would cross a block
+/// boundary and the gap it leaves is at most `MAX_SKIP_GAP` (v2's rule).
+pub fn place_v3(end: usize, open_block: Option<usize>, len: usize) -> Spot {
+    let here = spot(end, open_block, false);
+    let crosses = here.record / BLOCK != (here.record + len - 1) / BLOCK;
+    let gap = end.next_multiple_of(BLOCK) - end;
+    if crosses && len <= BLOCK - 2 * MARK_LEN && gap > 0 && gap <= MAX_SKIP_GAP {
+        spot(end, open_block, true)
+    } else {
+        here
+    }
+}
+
+/// One entry of a version-3 summary, as the engine uses it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct V3Entry {
+    /// The 80 digest bits the index uses: bits 0–63 and 112–127.
+    pub digest: u128,
+    /// Record sequence number.
+    pub seq: u64,
+    /// Byte offset of the record (derived when decoding).
+    pub offset: u32,
+    /// Exact record length, trailer included.
+    pub len: u32,
+    /// The record went to the next block (straddle avoidance).
+    pub skip: bool,
+    /// A delete.
+    pub tombstone: bool,
+    /// More records of its atomic group follow.
+    pub more: bool,
+}
+
+/// The 80 bits of a 128-bit digest a version-3 summary keeps (bits 0–63, the
+/// index fingerprint, and 112–127, the shard bits).
+pub fn canonical_digest(d: u128) -> u128 {
+    d & (u64::MAX as u128 | (0xffff_u128 << 112))
+}
+
+/// Append the summary entry `e` (its `offset` is not stored) to `out`;
+/// `expect` is the summary's seq chain (starts at 0).
+pub fn encode_v3_entry(out: &mut Vec<u8>, e: &V3Entry, expect: &mut u64) {
+    let d = canonical_digest(e.digest);
+    out.extend_from_slice(&(d as u64).to_le_bytes());
+    out.extend_from_slice(&((d >> 112) as u16).to_le_bytes());
+    let has_seq = e.seq != *expect;
+    let flags =
+        (has_seq as u64) << 3 | (e.skip as u64) << 2 | (e.more as u64) << 1 | e.tombstone as u64;
+    leb_put(out, (e.len as u64) << 4 | flags);
+    if has_seq {
+        leb_put(out, zigzag(e.seq.wrapping_sub(*expect) as i64));
+    }
+    *expect = (*expect).max(e.seq.wrapping_add(1));
+}
+
+/// Bytes `encode_v3_entry` will append for `e` with chain state `expect`.
+pub fn v3_entry_len(e: &V3Entry, expect: u64) -> usize {
+    let flags = 4; // at most 4 flag bits share the length's LEB128
+    let seq = if e.seq != expect {
+        leb_len(zigzag(e.seq.wrapping_sub(expect) as i64))
+    } else {
+        0
+    };
+    10 + leb_len((e.len as u64) << flags) + seq
+}
+
+/// Decode `nrec` entries from `sum`, deriving each record's offset from the
+/// previous one's end and the marks rules; the last record must end exactly at
+/// `data_len`, and the entries must use every byte of `sum`.
+pub fn decode_v3_summary(sum: &[u8], nrec: u32, data_len: u32) -> Result<Vec<V3Entry>> {
+    let mut out = Vec::with_capacity((nrec as usize).min(sum.len() / 11 + 1));
+    let (mut at, mut expect) = (0usize, 0u64);
+    let (mut end, mut open_block) = (super::segment::SEG_HEADER, None);
+    for _ in 0..nrec {
+        let mut e = decode_v3_entry(sum, &mut at, &mut expect)?;
+        let s = spot(end, open_block, e.skip);
+        let rec_end = s.record as u64 + e.len as u64;
+        if e.len < V3_HEADER as u32 + 1 || rec_end > data_len as u64 {
+            return Err(corrupt("summary entry outside segment data"));
+        }
+        e.offset = s.record as u32;
+        open_block = Some(s.record / BLOCK);
+        end = rec_end as usize;
+        out.push(e);
+    }
+    if at != sum.len() || (nrec > 0 && end != data_len as usize) {
+        return Err(corrupt("summary does not match the segment's data"));
+    }
+    Ok(out)
+}
+
+fn decode_v3_entry(sum: &[u8], at: &mut usize, expect: &mut u64) -> Result<V3Entry> {
+    let bad = || corrupt("summary entry cut short");
+    let fixed = sum.get(*at..*at + 10).ok_or_else(bad)?;
+    let digest = le64(fixed, 0) as u128 | (u16::from_le_bytes([fixed[8], fixed[9]]) as u128) << 112;
+    *at += 10;
+    let (lf, n) = leb_get(&sum[*at..]).ok_or_else(bad)?;
+    *at += n;
+    let len = u32::try_from(lf >> 4).map_err(|_| corrupt("summary length out of range"))?;
+    let seq = if lf & 8 != 0 {
+        let (z, n) = leb_get(&sum[*at..]).ok_or_else(bad)?;
+        *at += n;
+        expect.wrapping_add(unzigzag(z) as u64)
+    } else {
+        *expect
+    };
+    *expect = (*expect).max(seq.wrapping_add(1));
+    Ok(V3Entry {
+        digest,
+        seq,
+        offset: 0,
+        len,
+        skip: lf & 4 != 0,
+        more: lf & 2 != 0,
+        tombstone: lf & 1 != 0,
+    })
+}
+
+/// Bytes of the version-3 footer.
+pub const V3_FOOTER: usize = 64;
+const FOOT_MAGIC: u32 = 0x4647_4553; // "SEGF", as in version 2
+
+/// The version-3 segment footer: v2's fields plus the summary's length, and a
+/// 64-bit xxh3 over summary and footer instead of a crc32c.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct V3Footer {
+    /// Global segment sequence number.
+    pub segment_seq: u64,
+    /// Low 64 bits of the pool id.
+    pub pool_tag: u64,
+    /// Records (and summary entries).
+    pub nrec: u32,
+    /// Slots the segment spans.
+    pub nslots: u32,
+    /// End of the record area.
+    pub data_len: u32,
+    /// Bytes of the summary, which ends where the footer starts.
+    pub sum_len: u32,
+    /// Smallest record seq.
+    pub min_seq: u64,
+    /// Largest record seq.
+    pub max_seq: u64,
+}
+
+/// Write `sum` and the footer at the end of the segment buffer `seg`.
+pub fn encode_v3_tail(seg: &mut [u8], sum: &[u8], f: &V3Footer) {
+    let foot = seg.len() - V3_FOOTER;
+    let sum_start = foot - sum.len();
+    seg[sum_start..foot].copy_from_slice(sum);
+    {
+        let mut p = Put::new(&mut seg[foot..]);
+        p.u32(FOOT_MAGIC);
+        p.u32(3);
+        p.u64(0); // the checksum, below
+        p.u64(f.segment_seq);
+        p.u64(f.pool_tag);
+        p.u32(f.nrec);
+        p.u32(f.nslots);
+        p.u32(f.data_len);
+        p.u32(f.sum_len);
+        p.u64(f.min_seq);
+        p.u64(f.max_seq);
+    }
+    let h = tail_hash(seg, sum_start, foot);
+    seg[foot + 8..foot + 16].copy_from_slice(&h.to_le_bytes());
+}
+
+fn tail_hash(seg: &[u8], sum_start: usize, foot: usize) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&seg[sum_start..foot]);
+    h.update(&seg[foot + 16..]);
+    h.digest()
+}
+
+/// Verify and decode the footer and summary of a whole segment buffer.
+pub fn decode_v3_tail(seg: &[u8]) -> Result<(V3Footer, Vec<V3Entry>)> {
+    let foot = seg
+        .len()
+        .checked_sub(V3_FOOTER)
+        .ok_or_else(|| corrupt("segment smaller than its footer"))?;
+    let b = &seg[foot..];
+    if le32(b, 0) != FOOT_MAGIC || le32(b, 4) != 3 {
+        return Err(corrupt("no version-3 footer"));
+    }
+    let f = V3Footer {
+        segment_seq: le64(b, 16),
+        pool_tag: le64(b, 24),
+        nrec: le32(b, 32),
+        nslots: le32(b, 36),
+        data_len: le32(b, 40),
+        sum_len: le32(b, 44),
+        min_seq: le64(b, 48),
+        max_seq: le64(b, 56),
+    };
+    let sum_start = foot
+        .checked_sub(f.sum_len as usize)
+        .filter(|&s| s >= f.data_len as usize)
+        .ok_or_else(|| corrupt("summary overlaps the segment's data"))?;
+    if tail_hash(seg, sum_start, foot) != le64(b, 8) {
+        return Err(corrupt("segment summary checksum mismatch"));
+    }
+    let entries = decode_v3_summary(&seg[sum_start..foot], f.nrec, f.data_len)?;
+    Ok((f, entries))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn leb_lengths_and_limits() {
+        for (v, n) in [(0u64, 1), (127, 1), (128, 2), (1 << 14, 3), (u64::MAX, 10)] {
+            let mut b = Vec::new();
+            leb_put(&mut b, v);
+            assert_eq!((b.len(), leb_len(v)), (n, n), "{v}");
+            assert_eq!(leb_get(&b), Some((v, n)));
+        }
+        assert_eq!(leb_get(&[0x80, 0x00]), None, "overlong");
+        assert_eq!(leb_get(&[0x80]), None, "cut short");
+        assert_eq!(
+            leb_get(&[0xff; 9].iter().chain(&[2]).copied().collect::<Vec<_>>()),
+            None
+        );
+    }
+
+    /// User writes take consecutive seqs and need no trailer, also after a
+    /// GC move (an old seq) between them; a group member always has one.
+    #[test]
+    fn only_the_unexpected_seq_pays_a_trailer() {
+        let mut c = SeqChain::default();
+        c.mark();
+        let has = |c: &mut SeqChain, seq, more| c.trailer_for(seq, more).map(|t| (t.abs, t.encoded_len()));
+        assert_eq!(
+            has(&mut c, 100, false),
+            Some((true, 1 + 1)),
+            "first after a mark: absolute"
+        );
+        assert_eq!(has(&mut c, 101, false), None);
+        assert_eq!(has(&mut c, 50, false), Some((false, 2)), "a move: a delta");
+        assert_eq!(has(&mut c, 102, false), None, "the chain did not go back");
+        assert_eq!(
+            has(&mut c, 103, true),
+            Some((false, 1)),
+            "MORE needs a trailer"
+        );
+    }
+
+    #[test]
+    fn zero_bytes_are_no_record() {
+        assert!(decode_v3_record(&[0u8; 64]).is_err());
+    }
+
+    #[test]
+    fn marks_never_cross_a_block_and_records_follow_them() {
+        // Before the first record: a mark right after the segment header.
+        assert_eq!(
+            spot(64, None, false),
+            Spot {
+                mark: Some(64),
+                record: 72,
+                skip: false
+            }
+        );
+        // Inside a block where a record started: no mark.
+        assert_eq!(spot(200, Some(0), false).mark, None);
+        // A straddler ended 4 bytes before the next boundary: the mark moves on.
+        let s = spot(2 * BLOCK - 4, Some(0), false);
+        assert_eq!((s.mark, s.record), (Some(2 * BLOCK), 2 * BLOCK + 8));
+        // A skip lands on the next block, mark first.
+        let s = place_v3(BLOCK - 100, Some(0), 300);
+        assert_eq!((s.mark, s.record, s.skip), (Some(BLOCK), BLOCK + 8, true));
+        // A gap over MAX_SKIP_GAP is not worth skipping: the record straddles.
+        assert!(!place_v3(BLOCK - 600, Some(0), 700).skip);
+    }
+
+    #[test]
+    fn tail_roundtrip_and_damage() {
+        let (sum, f, _) = fill_segment(256 << 10, 23, 100, 1000);
+        let mut seg = vec![0u8; 256 << 10];
+        encode_v3_tail(&mut seg, &sum, &f);
+        let (f2, e) = decode_v3_tail(&seg).expect("tail");
+        assert_eq!((f2, e.len()), (f, f.nrec as usize));
+        for at in [seg.len() - V3_FOOTER - 1, seg.len() - 30] {
+            let mut bad = seg.clone();
+            bad[at] ^= 4;
+            assert!(decode_v3_tail(&bad).is_err(), "damage at {at} found");
+        }
+    }
+
+    /// Table 4's records (23-byte keys, 100-byte values, consecutive seqs)
+    /// written the way a tiered segment is: bytes per record, summary included.
+    /// Version 2 takes 152 + 32 (+ 5.5 of straddle waste).
+    #[test]
+    fn table_4_records_take_about_145_bytes() {
+        let seg = 256 << 10;
+        let (sum, f, _) = fill_segment(seg, 23, 100, 1000);
+        let per = (seg as f64) / f.nrec as f64;
+        let waste = seg - f.data_len as usize - sum.len() - V3_FOOTER;
+        assert!(waste < 200, "{waste} bytes unused at the segment's end");
+        assert!(per < 146.0, "{per:.1} bytes per record");
+        assert!(
+            sum.len() as f64 / (f.nrec as f64) < 12.1,
+            "summary entries ~12 B"
+        );
+    }
+
+    /// Fill one segment of `seg` bytes with records of `k`/`v` bytes and seqs
+    /// from `seq0` on, as a writer would; returns the summary, the footer and
+    /// the record area.
+    fn fill_segment(seg: usize, k: usize, v: usize, seq0: u64) -> (Vec<u8>, V3Footer, Vec<u8>) {
+        let recs: Vec<(u64, bool, Vec<u8>)> = (0..(seg / 64) as u64)
+            .map(|i| (seq0 + i, false, vec![(i % 251) as u8; v]))
+            .collect();
+        write_segment(seg, k, &recs)
+    }
+
+    /// The writer's side for records `(seq, more, value)`: place, mark, trailer,
+    /// summary entry, until the next record does not fit.
+    fn write_segment(
+        seg: usize,
+        k: usize,
+        recs: &[(u64, bool, Vec<u8>)],
+    ) -> (Vec<u8>, V3Footer, Vec<u8>) {
+        let mut data = vec![0u8; super::super::segment::SEG_HEADER];
+        let (mut chain, mut open_block, mut sum, mut expect) =
+            (SeqChain::default(), None, Vec::new(), 0u64);
+        let (mut nrec, mut min_seq, mut max_seq) = (0u32, u64::MAX, 0u64);
+        for (i, (seq, more, value)) in recs.iter().enumerate() {
+            let key: Vec<u8> = (0..k).map(|j| (i + j) as u8).collect();
+            let mut trial = chain;
+            let fresh = spot(data.len(), open_block, false).mark.is_some();
+            if fresh {
+                trial.mark();
+            }
+            let t0 = trial.trailer_for(*seq, *more);
+            let len = v3_record_len(k, value.len(), t0);
+            let s = place_v3(data.len(), open_block, len);
+            // A skip needs a mark, so the trailer may change: place again with it.
+            let mut c = chain;
+            if s.mark.is_some() {
+                c.mark();
+            }
+            let t = c.trailer_for(*seq, *more);
+            let len = v3_record_len(k, value.len(), t);
+            let e = V3Entry {
+                digest: i as u128 * 7919,
+                seq: *seq,
+                offset: 0,
+                len: len as u32,
+                skip: s.skip,
+                tombstone: false,
+                more: *more,
+            };
+            if s.record + len + sum.len() + v3_entry_len(&e, expect) + V3_FOOTER > seg {
+                break;
+            }
+            chain = c;
+            if let Some(m) = s.mark {
+                data.resize(m, 0);
+                encode_mark(&mut data, 0xabcd);
+            }
+            data.resize(s.record, 0);
+            encode_v3_record(&mut data, false, &key, value, t);
+            encode_v3_entry(&mut sum, &e, &mut expect);
+            open_block = Some(s.record / BLOCK);
+            nrec += 1;
+            min_seq = min_seq.min(*seq);
+            max_seq = max_seq.max(*seq);
+        }
+        let f = V3Footer {
+            segment_seq: 9,
+            pool_tag: 5,
+            nrec,
+            nslots: 1,
+            data_len: data.len() as u32,
+            sum_len: sum.len() as u32,
+            min_seq,
+            max_seq,
+        };
+        (sum, f, data)
+    }
+
+    /// The reader's side: walk the record area by the summary's offsets, check
+    /// marks and resolve every seq from the records alone.
+    fn read_segment(data: &[u8], entries: &[V3Entry]) -> Vec<(u64, bool, usize)> {
+        let mut chain = SeqChain::default();
+        let mut open_block = None;
+        let mut out = Vec::new();
+        let mut end = super::super::segment::SEG_HEADER;
+        for e in entries {
+            let s = spot(end, open_block, e.skip);
+            assert_eq!(s.record as u32, e.offset);
+            if let Some(m) = s.mark {
+                assert!(is_mark(&data[m..], 0xabcd), "mark at {m}");
+                assert_eq!(
+                    m / BLOCK,
+                    (m + MARK_LEN - 1) / BLOCK,
+                    "a mark stays in its block"
+                );
+                chain.mark();
+            }
+            let r = decode_v3_record(&data[s.record..]).expect("record");
+            assert_eq!(r.len as u32, e.len);
+            let (seq, more) = chain.resolve(r.trailer).expect("seq");
+            out.push((seq, more, r.value.len()));
+            open_block = Some(s.record / BLOCK);
+            end = s.record + r.len;
+        }
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn leb_roundtrips(v in any::<u64>()) {
+            let mut b = Vec::new();
+            leb_put(&mut b, v);
+            prop_assert_eq!(leb_get(&b), Some((v, b.len())));
+            prop_assert_eq!(b.len(), leb_len(v));
+        }
+
+        #[test]
+        fn records_roundtrip_and_any_flip_is_caught(
+            key in proptest::collection::vec(any::<u8>(), 1..64),
+            value in proptest::collection::vec(any::<u8>(), 0..300),
+            tomb in any::<bool>(),
+            trailer in proptest::option::of((any::<bool>(), any::<bool>(), 0u64..1 << 62)),
+            flip in any::<prop::sample::Index>(),
+            bit in 0u8..8,
+        ) {
+            let value = if tomb { Vec::new() } else { value };
+            let t = trailer.map(|(abs, more, s)| Trailer { abs, more, s });
+            let mut b = Vec::new();
+            encode_v3_record(&mut b, tomb, &key, &value, t);
+            prop_assert_eq!(b.len(), v3_record_len(key.len(), value.len(), t));
+            b.extend_from_slice(&[0u8; 16]);
+            let r = decode_v3_record(&b).expect("decodes");
+            prop_assert_eq!((r.tombstone, r.key, r.value, r.trailer), (tomb, &key[..], &value[..], t));
+            let at = flip.index(r.len);
+            b[at] ^= 1 << bit;
+            let bad = decode_v3_record(&b);
+            prop_assert!(bad.is_err(), "a flipped bit at {} decoded: {:?}", at, bad);
+        }
+
+        #[test]
+        fn seq_chains_agree(steps in proptest::collection::vec((0u64..8, any::<bool>(), any::<bool>(), any::<bool>()), 1..200)) {
+            let (mut w, mut r, mut seq) = (SeqChain::default(), SeqChain::default(), 1u64 << 40);
+            for (jump, back, more, mark) in steps {
+                // Mostly consecutive seqs; sometimes a jump forward or an old (moved) seq.
+                seq = if back { seq.saturating_sub(jump * 1000) } else { seq + 1 + jump * jump * jump };
+                if mark { w.mark(); r.mark(); }
+                let t = w.trailer_for(seq, more);
+                prop_assert_eq!(r.resolve(t).expect("resolves"), (seq, more));
+                prop_assert_eq!(w, r);
+            }
+        }
+
+        #[test]
+        fn segments_roundtrip(
+            k in 1usize..40,
+            vals in proptest::collection::vec((0usize..5000, any::<bool>(), 0u64..4), 1..300),
+        ) {
+            let mut seq = 500u64;
+            let recs: Vec<(u64, bool, Vec<u8>)> = vals.iter().map(|&(v, more, old)| {
+                seq += 1;
+                (if old == 0 { seq / 2 } else { seq }, more, vec![v as u8; v])
+            }).collect();
+            let seg = 256 << 10;
+            let (sum, f, data) = write_segment(seg, k, &recs);
+            let mut buf = vec![0u8; seg];
+            buf[..data.len()].copy_from_slice(&data);
+            encode_v3_tail(&mut buf, &sum, &f);
+            let (f2, entries) = decode_v3_tail(&buf).expect("tail");
+            prop_assert_eq!(f2, f);
+            let got = read_segment(&buf, &entries);
+            for ((seq, more, vlen), (want, e)) in got.iter().zip(recs.iter().zip(&entries)) {
+                prop_assert_eq!((*seq, *more, *vlen), (want.0, want.1, want.2.len()));
+                prop_assert_eq!((e.seq, e.more), (want.0, want.1));
+            }
+        }
+    }
+}
