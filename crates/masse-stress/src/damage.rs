@@ -479,7 +479,7 @@ pub fn check_target(setup: &Setup, img: &Image, exp: &Expected, t: &Target) -> V
     let mut v = Verdict::default();
     let devs = img.to_devices();
     apply(&devs, t);
-    let db = match Db::open(&setup.config_mem(&devs), options()) {
+    let db = match Db::open(&setup.config_mem(&devs), options(&setup)) {
         Ok(db) => db,
         Err(e) if fatal_as_defined(&t.kind) => {
             v.fatal_as_defined = true;
@@ -640,7 +640,7 @@ fn keep_working(
     })?;
     db.close()
         .map_err(|e| format!("the database went down: close after the damage failed: {e}"))?;
-    let db = Db::open(&setup.config_mem(devs), options())
+    let db = Db::open(&setup.config_mem(devs), options(setup))
         .map_err(|e| format!("the database went down: reopen after the damage failed: {e}"))?;
     for (&k, before) in found {
         let now = db.get(&key_bytes(k)).map_err(|e| match e {

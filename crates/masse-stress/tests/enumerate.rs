@@ -57,6 +57,13 @@ fn batches_across_segment_boundaries() {
     enumerate("batch-segments", |_| {});
 }
 
+/// Freed bands are not TRIMmed on pool files by default (`TrimPolicy::Auto`),
+/// so writes land over stale segments of the band's earlier life.
+#[test]
+fn reuse_of_freed_bands_that_keep_their_old_segments() {
+    enumerate("reuse-untrimmed", |_| {});
+}
+
 #[test]
 fn a_batch_across_a_band_boundary_then_gc_of_its_end() {
     enumerate("batch-band-gc", |_| {});

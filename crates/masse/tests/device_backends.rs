@@ -227,6 +227,7 @@ fn file_default_backend() {
     assert_eq!(info.capacity, 16 * MIB);
     assert_eq!(info.logical_block_size, 4096);
     assert!(!info.block_device);
+    assert!(info.hole_punch_discard, "a file's discard is a hole punch");
     // The crate is meant for hosts with io_uring; report rather than fail if not.
     if info.backend != Backend::IoUring {
         eprintln!("warning: io_uring unavailable here, testing pread");
@@ -559,6 +560,10 @@ fn loop_block_device() {
     let info = dev.info().clone();
     eprintln!("{loopdev}: {info:?}");
     assert!(info.block_device);
+    assert!(
+        info.hole_punch_discard,
+        "a loop device over a file punches holes"
+    );
     assert_eq!(info.capacity, 32 * MIB);
     assert!(info.logical_block_size == 512 || info.logical_block_size == 4096);
     all_checks(&dev);

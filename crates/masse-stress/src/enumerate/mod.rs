@@ -370,7 +370,7 @@ fn open_and_check(
     exp: &Expected,
     slot: &Mutex<Option<Arc<Db>>>,
 ) -> model::Checked {
-    let db = match Db::open(&setup.config_mem(devs), options()) {
+    let db = match Db::open(&setup.config_mem(devs), options(setup)) {
         Ok(db) => Arc::new(db),
         Err(e) => return failed(format!("open (recovery) failed: {e}")),
     };

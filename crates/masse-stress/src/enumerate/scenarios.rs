@@ -8,6 +8,7 @@
 
 use super::script::{Recorded, Script, Setup, Write};
 use crate::workload::Violation;
+use std::collections::BTreeSet;
 
 /// A scenario.
 pub struct Scenario {
@@ -80,6 +81,13 @@ pub fn all() -> Vec<Scenario> {
             script: scm_inplace,
         },
         Scenario {
+            name: "reuse-untrimmed",
+            about: "GC frees bands that keep their old segments (no TRIM, as on a pool file); writes reuse them",
+            modes: &["capacity-only", "tiered"],
+            setup: untrimmed_setup,
+            script: reuse_untrimmed,
+        },
+        Scenario {
             name: "pad-wrap",
             about: "the write pad wraps around (tiered, smallest pad), GC keeps up",
             modes: &["tiered"],
@@ -110,6 +118,45 @@ fn pad_setup(mode: &str) -> Setup {
         band: 4096 + 16 * (64 << 10),
         ..Setup::small(mode)
     }
+}
+
+/// Few bands, whose freed slots keep their contents.
+fn untrimmed_setup(mode: &str) -> Setup {
+    Setup {
+        keep_freed: true,
+        ..Setup::small(mode)
+    }
+}
+
+/// Rewrites of the same keys, GC after each round, until writes land in a
+/// band GC freed earlier, over its stale segments; then one more round there.
+fn reuse_untrimmed(s: &mut Script, scale: u32) -> Result<(), Violation> {
+    let n = 30;
+    let (mut used, mut freed) = (BTreeSet::new(), BTreeSet::new());
+    let mut rounds_after_reuse = 0;
+    for round in 0..60 {
+        for k in 0..n {
+            s.put(k, 6000 + (round % 3) * 1000)?;
+        }
+        if open_band(s)?.is_some_and(|b| freed.contains(&b)) {
+            rounds_after_reuse += 1;
+            if rounds_after_reuse > scale {
+                return Ok(());
+            }
+        }
+        let in_use = |b: &masse::BandStatus| b.state == "open" || b.state == "sealed";
+        used.extend(s.bands()?.iter().filter(|b| in_use(b)).map(|b| b.band));
+        while s.gc()? {}
+        // A band seen in use and free now was emptied by GC: its slots keep
+        // their segments.
+        freed.extend(
+            s.bands()?
+                .iter()
+                .filter(|b| b.state == "free" && used.contains(&b.band))
+                .map(|b| b.band),
+        );
+    }
+    Err(Violation("no write reached a band GC had freed".into()))
 }
 
 fn batch_segments(s: &mut Script, scale: u32) -> Result<(), Violation> {

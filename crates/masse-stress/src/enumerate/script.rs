@@ -6,7 +6,7 @@ use super::model::{key_bytes, value_bytes, Group, KeyState, Op, Val};
 use crate::trace::{Event, Image, RecordingDevice, Trace};
 use crate::workload::Violation;
 use masse::device::{Device, MemDevice};
-use masse::{BandStatus, Db, DeviceSpec, Mode, Options, PoolConfig, WriteBatch};
+use masse::{BandStatus, Db, DeviceSpec, Mode, Options, PoolConfig, TrimPolicy, WriteBatch};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -27,6 +27,10 @@ pub struct Setup {
     pub band: u64,
     /// Checkpoint slot size (capacity-only and scm-only; `None` = default).
     pub checkpoint: Option<u64>,
+    /// Bands GC frees keep their contents (no TRIM, as on a pool file by
+    /// default) instead of reading as zeros: reused slots hold stale records.
+    #[serde(default)]
+    pub keep_freed: bool,
 }
 
 impl Setup {
@@ -39,6 +43,7 @@ impl Setup {
             segment: 32 << 10,
             band: 4096 + 8 * (32 << 10),
             checkpoint: (mode != "tiered").then_some(1 << 20),
+            keep_freed: false,
         }
     }
 
@@ -86,11 +91,16 @@ impl Setup {
 
 /// Engine options for scenarios: nothing happens behind the scenario's back
 /// (no background GC, checkpoints only when asked and at close).
-pub fn options() -> Options {
+pub fn options(setup: &Setup) -> Options {
     Options {
         background_gc: false,
         checkpoint_interval: 0,
         histograms: false,
+        trim_freed_bands: if setup.keep_freed {
+            TrimPolicy::Never
+        } else {
+            TrimPolicy::Auto
+        },
         ..Options::default()
     }
 }
@@ -178,7 +188,7 @@ impl Script {
     /// A fresh pool; crash points start once it is created.
     pub fn create(setup: &Setup) -> Result<Script, Violation> {
         let mut s = Script::new(setup, Image::blank(&setup.sizes()), BTreeMap::new());
-        s.db = Some(Db::create(&s.cfg, options()).map_err(|e| err("create", e))?);
+        s.db = Some(Db::create(&s.cfg, options(setup)).map_err(|e| err("create", e))?);
         s.first_crash = s.trace.len();
         Ok(s)
     }
@@ -196,7 +206,8 @@ impl Script {
         let groups = resolved.clone();
         let cfg = s.cfg.clone();
         s.exec(Op::Recover { groups }, |slot| {
-            *slot = Some(Db::open(&cfg, options()).map_err(|e| err("open after the crash", e))?);
+            *slot =
+                Some(Db::open(&cfg, options(setup)).map_err(|e| err("open after the crash", e))?);
             Ok(0)
         })?;
         let keys: Vec<u32> = s.state.keys().copied().collect();
@@ -436,12 +447,12 @@ impl Script {
 
     /// A clean close and a reopen.
     pub fn reopen(&mut self) -> Result<(), Violation> {
-        let cfg = self.cfg.clone();
+        let (cfg, opts) = (self.cfg.clone(), options(&self.setup));
         self.exec(Op::Reopen, |slot| {
             if let Some(db) = slot.take() {
                 db.close().map_err(|e| err("close", e))?;
             }
-            *slot = Some(Db::open(&cfg, options()).map_err(|e| err("reopen", e))?);
+            *slot = Some(Db::open(&cfg, opts.clone()).map_err(|e| err("reopen", e))?);
             Ok(0)
         })?;
         let keys: Vec<u32> = self.state.keys().copied().collect();

@@ -418,6 +418,13 @@ fn ioctl_int(fd: i32, req: u64) -> Option<u32> {
     (r == 0 && v > 0).then_some(v as u32)
 }
 
+/// Is the block device `rdev` a loop device over a file? Its discard is then
+/// a hole punch in that file, with the same costs as on a pool file.
+fn loop_backed(rdev: u64) -> bool {
+    let (major, minor) = super::claim::major_minor(rdev);
+    Path::new(&format!("/sys/dev/block/{major}:{minor}/loop/backing_file")).exists()
+}
+
 /// Does `fallocate(PUNCH_HOLE)` work on this file? Probed past the end of the
 /// file with `KEEP_SIZE`, so no data is touched.
 fn punch_hole_works(fd: i32, file_len: u64) -> bool {
@@ -644,7 +651,7 @@ impl FileDevice {
                 backend,
                 direct_io: direct,
                 block_device,
-                hole_punch_discard: !block_device,
+                hole_punch_discard: !block_device || loop_backed(meta.rdev()),
                 rotational: facts.rotational,
                 // Linux does not expose either; `masse probe` fills them in
                 // from its table of known drive models.

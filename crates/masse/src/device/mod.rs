@@ -237,7 +237,9 @@ pub trait Device: Send + Sync {
     /// Static facts about the device.
     fn info(&self) -> &DeviceInfo;
 
-    /// Fill `buf` from `offset`. Aligned per the module contract.
+    /// Fill `buf` from `offset`, all of it, or fail: the engine reads into
+    /// reused buffers, so a short read reported as success would hand it the
+    /// bytes of an earlier read. Aligned per the module contract.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
 
     /// Write `buf` at `offset`. Aligned per the module contract. Completion means

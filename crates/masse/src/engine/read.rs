@@ -154,24 +154,34 @@ thread_local! {
 }
 
 /// `f` on an aligned buffer of `len` bytes: this thread's kept buffer when
-/// it is free and big enough (its old contents are overwritten by the read),
-/// a new one otherwise (`f` may itself read a record, e.g. through `Db::get`
-/// in a callback; the inner call then gets its own buffer).
+/// it is free and big enough (its old contents are overwritten by the read:
+/// a `Device::read_at` fills the buffer or fails), a new one otherwise (`f`
+/// may itself read a record, e.g. through `Db::get` in a callback; the inner
+/// call then gets its own buffer). A new buffer up to `KEPT_READ_BUF` is kept
+/// for the next read.
 fn with_read_buf<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
-    let kept = READ_BUF.with(|c| c.try_borrow_mut().ok().and_then(|mut b| b.take()));
-    let mut buf = match kept {
-        Some(mut b) if b.capacity() >= len => {
-            b.set_len(len);
-            b
+    let take = |c: &std::cell::RefCell<Option<AlignedBuf>>| {
+        let mut slot = c.try_borrow_mut().ok()?;
+        match slot.as_ref() {
+            Some(b) if b.capacity() >= len => slot.take(),
+            _ => None,
         }
-        _ => AlignedBuf::new(len.max(4096)),
     };
+    // `try_with`: during thread-local teardown there is no kept buffer.
+    let mut buf = READ_BUF
+        .try_with(take)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| AlignedBuf::new(len.max(4096)));
     buf.set_len(len);
     let r = f(&mut buf);
     if buf.capacity() <= KEPT_READ_BUF {
-        READ_BUF.with(|c| {
+        let _ = READ_BUF.try_with(|c| {
             if let Ok(mut slot) = c.try_borrow_mut() {
-                *slot = Some(buf);
+                // A nested read's buffer does not replace a bigger kept one.
+                if slot.as_ref().is_none_or(|k| k.capacity() < buf.capacity()) {
+                    *slot = Some(buf);
+                }
             }
         });
     }
@@ -254,10 +264,14 @@ mod tests {
     #[test]
     fn a_large_buffer_is_not_kept() {
         let big = KEPT_READ_BUF + 4096;
-        with_read_buf(4096, |_| ());
+        let small = with_read_buf(4096, |a| a.as_ptr() as usize);
         with_read_buf(big, |a| assert_eq!(a.len(), big));
-        // The small kept buffer was taken for the big read and dropped with it
-        // (it was too small); the big one is not kept either.
-        READ_BUF.with(|c| assert!(c.borrow().is_none()));
+        // The big read got a buffer of its own, not kept; the small one stays.
+        let kept = READ_BUF.with(|c| {
+            c.borrow()
+                .as_ref()
+                .map(|b| (b.as_ptr() as usize, b.capacity()))
+        });
+        assert_eq!(kept, Some((small, 4096)));
     }
 }

@@ -25,6 +25,8 @@ pub const MARK_LEN: usize = 8;
 pub const MARK_MAGIC: u32 = 0x4B4C_424D;
 /// The block every mark and straddle rule is about.
 pub const BLOCK: usize = 4096;
+/// Every record seq is below this (a trailer keeps two flag bits beside it).
+pub const SEQ_LIMIT: u64 = 1 << 62;
 /// Longest LEB128 of a u64.
 const LEB_MAX: usize = 10;
 /// Word bits 0–20: 0 invalid, 1 tombstone, v + 2 a put of v bytes.
@@ -133,7 +135,7 @@ impl SeqChain {
     /// and the chain moved past it. Seqs stay below 2^62 (a trailer keeps two
     /// flag bits beside them; at 10^9 writes a second that is 146 years).
     pub fn trailer_for(&mut self, seq: u64, more: bool) -> Option<Trailer> {
-        debug_assert!(seq < 1 << 62);
+        assert!(seq < SEQ_LIMIT, "record seq {seq} out of range");
         let abs = Trailer {
             abs: true,
             more,
@@ -145,7 +147,7 @@ impl SeqChain {
             None
         } else {
             let d = zigzag(seq.wrapping_sub(self.expect) as i64);
-            Some(if d < 1 << 62 {
+            Some(if d < SEQ_LIMIT {
                 Trailer {
                     abs: false,
                     more,
@@ -177,6 +179,9 @@ impl SeqChain {
                 false,
             ),
         };
+        if seq >= SEQ_LIMIT {
+            return Err(corrupt("record seq out of range"));
+        }
         self.advance(seq, abs);
         Ok((seq, more))
     }
@@ -201,8 +206,13 @@ pub fn encode_v3_record(
     value: &[u8],
     t: Option<Trailer>,
 ) {
-    debug_assert!(!key.is_empty() && key.len() <= MAX_KEY_LEN && value.len() <= MAX_VALUE_LEN);
-    debug_assert!(!tombstone || value.is_empty());
+    // Out-of-range fields would spill into their neighbours in the word.
+    assert!(!key.is_empty() && key.len() <= MAX_KEY_LEN && value.len() <= MAX_VALUE_LEN);
+    assert!(!tombstone || value.is_empty());
+    assert!(
+        t.is_none_or(|t| t.s < SEQ_LIMIT),
+        "trailer value out of range"
+    );
     let start = out.len();
     let vcode = if tombstone { 1 } else { value.len() as u32 + 2 };
     let word =
@@ -310,8 +320,10 @@ pub fn spot(end: usize, open_block: Option<usize>, skip: bool) -> Spot {
             skip,
         };
     }
-    // A mark never crosses a block boundary: it goes to the next block instead.
-    let mark = if at % BLOCK + MARK_LEN > BLOCK {
+    // A mark shares its block with its record (so a block that survived a
+    // torn write vouches for both): if the record could not start in this
+    // block after it, mark and record go to the next one.
+    let mark = if at % BLOCK + MARK_LEN >= BLOCK {
         at.next_multiple_of(BLOCK)
     } else {
         at
@@ -428,10 +440,17 @@ fn decode_v3_entry(sum: &[u8], at: &mut usize, expect: &mut u64) -> Result<V3Ent
     let seq = if lf & 8 != 0 {
         let (z, n) = leb_get(&sum[*at..]).ok_or_else(bad)?;
         *at += n;
+        // A writer stores a seq only when it is not the expected one.
+        if z == 0 {
+            return Err(corrupt("summary seq stored although expected"));
+        }
         expect.wrapping_add(unzigzag(z) as u64)
     } else {
         *expect
     };
+    if seq >= SEQ_LIMIT {
+        return Err(corrupt("summary seq out of range"));
+    }
     *expect = (*expect).max(seq.wrapping_add(1));
     Ok(V3Entry {
         digest,
@@ -472,6 +491,11 @@ pub struct V3Footer {
 
 /// Write `sum` and the footer at the end of the segment buffer `seg`.
 pub fn encode_v3_tail(seg: &mut [u8], sum: &[u8], f: &V3Footer) {
+    assert_eq!(
+        f.sum_len as usize,
+        sum.len(),
+        "footer names the summary's length"
+    );
     let foot = seg.len() - V3_FOOTER;
     let sum_start = foot - sum.len();
     seg[sum_start..foot].copy_from_slice(sum);
@@ -534,6 +558,7 @@ pub fn decode_v3_tail(seg: &[u8]) -> Result<(V3Footer, Vec<V3Entry>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::SEG_HEADER;
     use proptest::prelude::*;
 
     #[test]
@@ -546,10 +571,8 @@ mod tests {
         }
         assert_eq!(leb_get(&[0x80, 0x00]), None, "overlong");
         assert_eq!(leb_get(&[0x80]), None, "cut short");
-        assert_eq!(
-            leb_get(&[0xff; 9].iter().chain(&[2]).copied().collect::<Vec<_>>()),
-            None
-        );
+        let too_big: Vec<u8> = [0xff; 9].iter().chain(&[2]).copied().collect();
+        assert_eq!(leb_get(&too_big), None);
     }
 
     /// User writes take consecutive seqs and need no trailer, also after a
@@ -558,10 +581,12 @@ mod tests {
     fn only_the_unexpected_seq_pays_a_trailer() {
         let mut c = SeqChain::default();
         c.mark();
-        let has = |c: &mut SeqChain, seq, more| c.trailer_for(seq, more).map(|t| (t.abs, t.encoded_len()));
+        let has = |c: &mut SeqChain, seq, more| {
+            c.trailer_for(seq, more).map(|t| (t.abs, t.encoded_len()))
+        };
         assert_eq!(
             has(&mut c, 100, false),
-            Some((true, 1 + 1)),
+            Some((true, 2)),
             "first after a mark: absolute"
         );
         assert_eq!(has(&mut c, 101, false), None);
@@ -572,6 +597,26 @@ mod tests {
             Some((false, 1)),
             "MORE needs a trailer"
         );
+        // A delta too large for a trailer falls back to the absolute seq.
+        assert_eq!(has(&mut c, (1 << 61) + 200, false).map(|t| t.0), Some(true));
+    }
+
+    #[test]
+    fn out_of_range_seqs_are_refused() {
+        let mut c = SeqChain::default();
+        let far = Trailer {
+            abs: true,
+            more: false,
+            s: SEQ_LIMIT,
+        };
+        assert!(c.resolve(Some(far)).is_err());
+        let mut c = SeqChain::default();
+        let back = Trailer {
+            abs: false,
+            more: false,
+            s: 1,
+        }; // −1 from 0 wraps
+        assert!(c.resolve(Some(back)).is_err());
     }
 
     #[test]
@@ -580,10 +625,11 @@ mod tests {
     }
 
     #[test]
-    fn marks_never_cross_a_block_and_records_follow_them() {
+    fn marks_share_their_block_with_their_record() {
         // Before the first record: a mark right after the segment header.
+        let first = spot(64, None, false);
         assert_eq!(
-            spot(64, None, false),
+            first,
             Spot {
                 mark: Some(64),
                 record: 72,
@@ -592,9 +638,22 @@ mod tests {
         );
         // Inside a block where a record started: no mark.
         assert_eq!(spot(200, Some(0), false).mark, None);
-        // A straddler ended 4 bytes before the next boundary: the mark moves on.
-        let s = spot(2 * BLOCK - 4, Some(0), false);
-        assert_eq!((s.mark, s.record), (Some(2 * BLOCK), 2 * BLOCK + 8));
+        // A straddler ended 4 or exactly 8 bytes before the next boundary:
+        // mark and record move on to the next block together.
+        for before in [4, 8] {
+            let s = spot(2 * BLOCK - before, Some(0), false);
+            assert_eq!(
+                (s.mark, s.record),
+                (Some(2 * BLOCK), 2 * BLOCK + 8),
+                "{before}"
+            );
+        }
+        let s = spot(2 * BLOCK - 9, Some(0), false);
+        assert_eq!(
+            s.mark,
+            Some(2 * BLOCK - 9),
+            "room for mark and a record's start"
+        );
         // A skip lands on the next block, mark first.
         let s = place_v3(BLOCK - 100, Some(0), 300);
         assert_eq!((s.mark, s.record, s.skip), (Some(BLOCK), BLOCK + 8, true));
@@ -604,11 +663,11 @@ mod tests {
 
     #[test]
     fn tail_roundtrip_and_damage() {
-        let (sum, f, _) = fill_segment(256 << 10, 23, 100, 1000);
+        let w = fill_segment(256 << 10, 23, 100, 1000);
         let mut seg = vec![0u8; 256 << 10];
-        encode_v3_tail(&mut seg, &sum, &f);
+        encode_v3_tail(&mut seg, &w.sum, &w.foot);
         let (f2, e) = decode_v3_tail(&seg).expect("tail");
-        assert_eq!((f2, e.len()), (f, f.nrec as usize));
+        assert_eq!((f2, e), (w.foot, w.entries));
         for at in [seg.len() - V3_FOOTER - 1, seg.len() - 30] {
             let mut bad = seg.clone();
             bad[at] ^= 4;
@@ -622,7 +681,8 @@ mod tests {
     #[test]
     fn table_4_records_take_about_145_bytes() {
         let seg = 256 << 10;
-        let (sum, f, _) = fill_segment(seg, 23, 100, 1000);
+        let w = fill_segment(seg, 23, 100, 1000);
+        let (f, sum) = (w.foot, w.sum);
         let per = (seg as f64) / f.nrec as f64;
         let waste = seg - f.data_len as usize - sum.len() - V3_FOOTER;
         assert!(waste < 200, "{waste} bytes unused at the segment's end");
@@ -633,89 +693,121 @@ mod tests {
         );
     }
 
+    /// A record to write: seq, MORE, tombstone, value.
+    type Rec = (u64, bool, bool, Vec<u8>);
+
+    /// What `write_segment` produced.
+    struct Written {
+        sum: Vec<u8>,
+        foot: V3Footer,
+        data: Vec<u8>,
+        entries: Vec<V3Entry>,
+    }
+
     /// Fill one segment of `seg` bytes with records of `k`/`v` bytes and seqs
-    /// from `seq0` on, as a writer would; returns the summary, the footer and
-    /// the record area.
-    fn fill_segment(seg: usize, k: usize, v: usize, seq0: u64) -> (Vec<u8>, V3Footer, Vec<u8>) {
-        let recs: Vec<(u64, bool, Vec<u8>)> = (0..(seg / 64) as u64)
-            .map(|i| (seq0 + i, false, vec![(i % 251) as u8; v]))
+    /// from `seq0` on, as a writer would.
+    fn fill_segment(seg: usize, k: usize, v: usize, seq0: u64) -> Written {
+        let recs: Vec<Rec> = (0..(seg / 64) as u64)
+            .map(|i| (seq0 + i, false, false, vec![(i % 251) as u8; v]))
             .collect();
         write_segment(seg, k, &recs)
     }
 
-    /// The writer's side for records `(seq, more, value)`: place, mark, trailer,
-    /// summary entry, until the next record does not fit.
-    fn write_segment(
-        seg: usize,
+    /// The digest of record `i`: all 128 bits set somewhere.
+    fn digest_of(i: usize) -> u128 {
+        (i as u128 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834)
+    }
+
+    /// The writer's spot and trailer for a record: the trailer depends on
+    /// whether a mark precedes it, and the spot on the record's length, so
+    /// place again until both agree.
+    /// Near the straddle limit the two can flip-flop; then skip, with a mark
+    /// (any choice decodes: the summary records it).
+    fn spot_and_trailer(
+        chain: SeqChain,
+        end: usize,
+        open: Option<usize>,
         k: usize,
-        recs: &[(u64, bool, Vec<u8>)],
-    ) -> (Vec<u8>, V3Footer, Vec<u8>) {
-        let mut data = vec![0u8; super::super::segment::SEG_HEADER];
-        let (mut chain, mut open_block, mut sum, mut expect) =
-            (SeqChain::default(), None, Vec::new(), 0u64);
-        let (mut nrec, mut min_seq, mut max_seq) = (0u32, u64::MAX, 0u64);
-        for (i, (seq, more, value)) in recs.iter().enumerate() {
-            let key: Vec<u8> = (0..k).map(|j| (i + j) as u8).collect();
-            let mut trial = chain;
-            let fresh = spot(data.len(), open_block, false).mark.is_some();
-            if fresh {
-                trial.mark();
-            }
-            let t0 = trial.trailer_for(*seq, *more);
-            let len = v3_record_len(k, value.len(), t0);
-            let s = place_v3(data.len(), open_block, len);
-            // A skip needs a mark, so the trailer may change: place again with it.
+        r: &Rec,
+    ) -> (Spot, SeqChain, Option<Trailer>) {
+        let mut marked = spot(end, open, false).mark.is_some();
+        for _ in 0..2 {
             let mut c = chain;
-            if s.mark.is_some() {
+            if marked {
                 c.mark();
             }
-            let t = c.trailer_for(*seq, *more);
-            let len = v3_record_len(k, value.len(), t);
+            let t = c.trailer_for(r.0, r.1);
+            let s = place_v3(end, open, v3_record_len(k, r.3.len(), t));
+            if s.mark.is_some() == marked {
+                return (s, c, t);
+            }
+            marked = s.mark.is_some();
+        }
+        let mut c = chain;
+        c.mark();
+        let t = c.trailer_for(r.0, r.1);
+        (spot(end, open, true), c, t)
+    }
+
+    /// The writer's side: place, mark, trailer, summary entry, until the next
+    /// record does not fit.
+    fn write_segment(seg: usize, k: usize, recs: &[Rec]) -> Written {
+        let mut w = Written {
+            sum: Vec::new(),
+            foot: V3Footer {
+                segment_seq: 9,
+                pool_tag: 5,
+                nrec: 0,
+                nslots: 1,
+                data_len: 0,
+                sum_len: 0,
+                min_seq: u64::MAX,
+                max_seq: 0,
+            },
+            data: vec![0u8; SEG_HEADER],
+            entries: Vec::new(),
+        };
+        let (mut chain, mut open_block, mut expect) = (SeqChain::default(), None, 0u64);
+        for (i, r) in recs.iter().enumerate() {
+            let key: Vec<u8> = (0..k).map(|j| (i + j) as u8).collect();
+            let (s, c, t) = spot_and_trailer(chain, w.data.len(), open_block, k, r);
+            let len = v3_record_len(k, r.3.len(), t);
             let e = V3Entry {
-                digest: i as u128 * 7919,
-                seq: *seq,
-                offset: 0,
+                digest: canonical_digest(digest_of(i)),
+                seq: r.0,
+                offset: s.record as u32,
                 len: len as u32,
                 skip: s.skip,
-                tombstone: false,
-                more: *more,
+                tombstone: r.2,
+                more: r.1,
             };
-            if s.record + len + sum.len() + v3_entry_len(&e, expect) + V3_FOOTER > seg {
+            if s.record + len + w.sum.len() + v3_entry_len(&e, expect) + V3_FOOTER > seg {
                 break;
             }
             chain = c;
             if let Some(m) = s.mark {
-                data.resize(m, 0);
-                encode_mark(&mut data, 0xabcd);
+                w.data.resize(m, 0);
+                encode_mark(&mut w.data, 0xabcd);
             }
-            data.resize(s.record, 0);
-            encode_v3_record(&mut data, false, &key, value, t);
-            encode_v3_entry(&mut sum, &e, &mut expect);
+            w.data.resize(s.record, 0);
+            encode_v3_record(&mut w.data, r.2, &key, &r.3, t);
+            encode_v3_entry(&mut w.sum, &e, &mut expect);
+            w.entries.push(e);
             open_block = Some(s.record / BLOCK);
-            nrec += 1;
-            min_seq = min_seq.min(*seq);
-            max_seq = max_seq.max(*seq);
+            w.foot.min_seq = w.foot.min_seq.min(r.0);
+            w.foot.max_seq = w.foot.max_seq.max(r.0);
         }
-        let f = V3Footer {
-            segment_seq: 9,
-            pool_tag: 5,
-            nrec,
-            nslots: 1,
-            data_len: data.len() as u32,
-            sum_len: sum.len() as u32,
-            min_seq,
-            max_seq,
-        };
-        (sum, f, data)
+        w.foot.nrec = w.entries.len() as u32;
+        w.foot.data_len = w.data.len() as u32;
+        w.foot.sum_len = w.sum.len() as u32;
+        w
     }
 
     /// The reader's side: walk the record area by the summary's offsets, check
     /// marks and resolve every seq from the records alone.
-    fn read_segment(data: &[u8], entries: &[V3Entry]) -> Vec<(u64, bool, usize)> {
-        let mut chain = SeqChain::default();
-        let mut open_block = None;
-        let mut out = Vec::new();
-        let mut end = super::super::segment::SEG_HEADER;
+    fn read_segment(data: &[u8], entries: &[V3Entry]) -> Vec<(u64, bool, bool, usize)> {
+        let (mut chain, mut open_block, mut out) = (SeqChain::default(), None, Vec::new());
+        let mut end = SEG_HEADER;
         for e in entries {
             let s = spot(end, open_block, e.skip);
             assert_eq!(s.record as u32, e.offset);
@@ -723,15 +815,15 @@ mod tests {
                 assert!(is_mark(&data[m..], 0xabcd), "mark at {m}");
                 assert_eq!(
                     m / BLOCK,
-                    (m + MARK_LEN - 1) / BLOCK,
-                    "a mark stays in its block"
+                    s.record / BLOCK,
+                    "a mark shares its record's block"
                 );
                 chain.mark();
             }
             let r = decode_v3_record(&data[s.record..]).expect("record");
             assert_eq!(r.len as u32, e.len);
             let (seq, more) = chain.resolve(r.trailer).expect("seq");
-            out.push((seq, more, r.value.len()));
+            out.push((seq, more, r.tombstone, r.value.len()));
             open_block = Some(s.record / BLOCK);
             end = s.record + r.len;
         }
@@ -749,10 +841,13 @@ mod tests {
 
         #[test]
         fn records_roundtrip_and_any_flip_is_caught(
-            key in proptest::collection::vec(any::<u8>(), 1..64),
-            value in proptest::collection::vec(any::<u8>(), 0..300),
+            key in proptest::collection::vec(any::<u8>(), 1..=MAX_KEY_LEN),
+            value in prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..300),
+                proptest::collection::vec(any::<u8>(), 60_000..70_000),
+            ],
             tomb in any::<bool>(),
-            trailer in proptest::option::of((any::<bool>(), any::<bool>(), 0u64..1 << 62)),
+            trailer in proptest::option::of((any::<bool>(), any::<bool>(), 0..SEQ_LIMIT)),
             flip in any::<prop::sample::Index>(),
             bit in 0u8..8,
         ) {
@@ -771,11 +866,16 @@ mod tests {
         }
 
         #[test]
-        fn seq_chains_agree(steps in proptest::collection::vec((0u64..8, any::<bool>(), any::<bool>(), any::<bool>()), 1..200)) {
+        fn seq_chains_agree(steps in proptest::collection::vec((0u64..8, 0u8..10, any::<bool>(), any::<bool>()), 1..200)) {
             let (mut w, mut r, mut seq) = (SeqChain::default(), SeqChain::default(), 1u64 << 40);
-            for (jump, back, more, mark) in steps {
-                // Mostly consecutive seqs; sometimes a jump forward or an old (moved) seq.
-                seq = if back { seq.saturating_sub(jump * 1000) } else { seq + 1 + jump * jump * jump };
+            for (jump, how, more, mark) in steps {
+                // Mostly consecutive seqs; sometimes an old (moved) seq, a jump
+                // forward, or one far enough to need an absolute trailer.
+                seq = match how {
+                    0 => seq.saturating_sub(jump * 1000),
+                    1 => seq ^ (1 << 61),
+                    _ => seq + 1 + jump * jump * jump,
+                };
                 if mark { w.mark(); r.mark(); }
                 let t = w.trailer_for(seq, more);
                 prop_assert_eq!(r.resolve(t).expect("resolves"), (seq, more));
@@ -786,24 +886,26 @@ mod tests {
         #[test]
         fn segments_roundtrip(
             k in 1usize..40,
-            vals in proptest::collection::vec((0usize..5000, any::<bool>(), 0u64..4), 1..300),
+            vals in proptest::collection::vec((0usize..5000, any::<bool>(), 0u8..8), 1..300),
         ) {
             let mut seq = 500u64;
-            let recs: Vec<(u64, bool, Vec<u8>)> = vals.iter().map(|&(v, more, old)| {
+            let recs: Vec<Rec> = vals.iter().map(|&(v, more, how)| {
                 seq += 1;
-                (if old == 0 { seq / 2 } else { seq }, more, vec![v as u8; v])
+                let tomb = how == 1;
+                let value = if tomb { Vec::new() } else { vec![v as u8; v] };
+                (if how == 0 { seq / 2 } else { seq }, more, tomb, value)
             }).collect();
             let seg = 256 << 10;
-            let (sum, f, data) = write_segment(seg, k, &recs);
+            let w = write_segment(seg, k, &recs);
             let mut buf = vec![0u8; seg];
-            buf[..data.len()].copy_from_slice(&data);
-            encode_v3_tail(&mut buf, &sum, &f);
+            buf[..w.data.len()].copy_from_slice(&w.data);
+            encode_v3_tail(&mut buf, &w.sum, &w.foot);
             let (f2, entries) = decode_v3_tail(&buf).expect("tail");
-            prop_assert_eq!(f2, f);
+            prop_assert_eq!(f2, w.foot);
+            prop_assert_eq!(&entries, &w.entries);
             let got = read_segment(&buf, &entries);
-            for ((seq, more, vlen), (want, e)) in got.iter().zip(recs.iter().zip(&entries)) {
-                prop_assert_eq!((*seq, *more, *vlen), (want.0, want.1, want.2.len()));
-                prop_assert_eq!((e.seq, e.more), (want.0, want.1));
+            for (g, want) in got.iter().zip(recs.iter()) {
+                prop_assert_eq!(*g, (want.0, want.1, want.2, want.3.len()));
             }
         }
     }
