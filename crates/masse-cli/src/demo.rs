@@ -29,6 +29,16 @@ pub enum GcPolicyArg {
     CostBenefit,
 }
 
+/// A GC duty share: above 0, at most 1.
+fn duty_arg(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(d) if d > 0.0 && d <= 1.0 => Ok(d),
+        _ => Err(format!(
+            "{s:?} is not a share above 0 and at most 1 (e.g. 0.5)"
+        )),
+    }
+}
+
 /// `masse::TrimPolicy` on the command line.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -168,6 +178,12 @@ pub struct DemoArgs {
     /// writes; more raise peak write bandwidth. Default: 0.
     #[arg(long, value_name = "BYTES", value_parser = size_arg)]
     pub writer_inflight: Option<u64>,
+
+    /// Share of wall time background GC works while free bands are not short; it
+    /// rests between segments for the rest (`Options::gc_duty`). 1 = no rest.
+    /// Default: the engine's (0.5).
+    #[arg(long, value_name = "F", value_parser = duty_arg)]
+    pub gc_duty: Option<f64>,
 
     /// Whether GC TRIMs the bands it frees: `auto` on drives but not on pool files,
     /// where the TRIM is a hole punch that stalls concurrent gets.
@@ -724,6 +740,7 @@ struct Workload {
     gc_policy: GcPolicyArg,
     writer_inflight_bytes: u64,
     trim: TrimArg,
+    gc_duty: f64,
     seed: u64,
     record_bytes: u64,
     data_bytes: u64,
@@ -840,6 +857,10 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
         a.writer_inflight
             .map(|b| format!("; writer in flight {}", fmt_bytes(b)))
             .unwrap_or_default()
+            + &a
+                .gc_duty
+                .map(|d| format!("; GC duty {d}"))
+                .unwrap_or_default()
             + match trim {
                 TrimArg::Auto => "",
                 TrimArg::Always => "; TRIM always",
@@ -853,6 +874,10 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
         ..Options::default()
     };
     opts.trim_freed_bands = trim.into();
+    if let Some(d) = a.gc_duty {
+        opts.gc_duty = d;
+    }
+    let gc_duty = opts.gc_duty;
     if let Some(b) = a.writer_inflight {
         opts.writer_inflight_bytes = b as usize;
     }
@@ -899,6 +924,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
             gc_policy: a.gc_policy,
             writer_inflight_bytes,
             trim,
+            gc_duty,
             seed: a.seed,
             record_bytes: rec,
             data_bytes: data,

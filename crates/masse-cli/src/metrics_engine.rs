@@ -172,6 +172,11 @@ fn gc(o: &mut Fams, s: &Stats) {
         "Tombstones GC proved unneeded and dropped",
         s.gc_tombstones_dropped as f64,
     );
+    o.counter(
+        "gc_rest_seconds",
+        "Time background GC rested between segments (gc_duty below 1)",
+        s.gc_rest_us as f64 / 1e6,
+    );
 }
 
 fn space(o: &mut Fams, s: &Stats) {

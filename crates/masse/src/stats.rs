@@ -56,6 +56,7 @@ pub(crate) struct Counters {
     pub gc_runs: AtomicU64,
     pub gc_bands_freed: AtomicU64,
     pub gc_bytes_read: AtomicU64,
+    pub gc_rest_ns: AtomicU64,
     pub gc_records_moved: AtomicU64,
     pub gc_bytes_moved: AtomicU64,
     pub gc_tombstones_dropped: AtomicU64,
@@ -247,6 +248,8 @@ pub struct Stats {
     pub gc_bands_freed: u64,
     /// Bytes GC read from the capacity tier.
     pub gc_bytes_read: u64,
+    /// Time background GC rested between segments (`Options::gc_duty`), µs.
+    pub gc_rest_us: u64,
     /// Records GC relocated.
     pub gc_records_moved: u64,
     /// Bytes GC relocated.
@@ -371,13 +374,14 @@ impl Stats {
         use std::fmt::Write;
         let _ = writeln!(
             s,
-            "gc                   {} passes, {} bands freed, {:.1} MiB read, {} records / {:.1} MiB moved, {} tombstones dropped; {} write stalls ({} µs)",
+            "gc                   {} passes, {} bands freed, {:.1} MiB read, {} records / {:.1} MiB moved, {} tombstones dropped, rested {} ms; {} write stalls ({} µs)",
             self.gc_runs,
             self.gc_bands_freed,
             mib(self.gc_bytes_read),
             self.gc_records_moved,
             mib(self.gc_bytes_moved),
             self.gc_tombstones_dropped,
+            self.gc_rest_us / 1000,
             self.write_stalls,
             self.write_stall_us
         );

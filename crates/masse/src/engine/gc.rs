@@ -20,7 +20,7 @@ use crate::config::GcPolicy;
 use crate::device::round_up;
 use crate::error::{Error, Result};
 use crate::format::*;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// Why a GC pass runs.
@@ -73,6 +73,7 @@ pub(crate) fn wait_for_space(e: &Engine, class: WriteClass, lens: &[usize]) -> R
     };
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut futile = 0;
+    let _waiting = SpaceWaiter::new(&e.space_waiters);
     loop {
         e.check_failed()?;
         if fits() {
@@ -157,7 +158,7 @@ pub(crate) fn gc_pass(e: &Engine, why: Pass) -> Result<GcOutcome> {
         return Ok(GcOutcome::NoVictim);
     };
     let room_before = e.gc_room_used.load(Relaxed);
-    match relocate_band(e, victim) {
+    match relocate_band(e, victim, why) {
         Ok(true) => free_victim(e, victim, e.gc_room_used.load(Relaxed) - room_before),
         Ok(false) => {
             e.bands.lock().bands[victim as usize].state = BandState::Pinned;
@@ -278,7 +279,7 @@ fn min_seq_elsewhere(e: &Engine, victim: u32) -> u64 {
 /// Move every live record out of `band`. Returns false if a live record could
 /// not be read: the band is then pinned (never reclaimed), so nothing is lost
 /// silently and the database stays up.
-fn relocate_band(e: &Engine, band: u32) -> Result<bool> {
+fn relocate_band(e: &Engine, band: u32, why: Pass) -> Result<bool> {
     let (written, first_seq) = {
         let bt = e.bands.lock();
         let b = &bt.bands[band as usize];
@@ -286,6 +287,7 @@ fn relocate_band(e: &Engine, band: u32) -> Result<bool> {
     };
     let first = e.layout.first_slot(band);
     let mut mv = Mover::new(e, min_seq_elsewhere(e, band));
+    let mut pace = Pacer::new(e, why);
     let dig = |k: &[u8]| e.digest(k);
     // One segment per read, so user gets never queue behind a band-sized transfer.
     let mut sc = BandScanner::new(&e.layout, &e.pool.caps, e.tag, band, first_seq, &dig)
@@ -298,6 +300,7 @@ fn relocate_band(e: &Engine, band: u32) -> Result<bool> {
                     .get(se.offset as usize..(se.offset + se.len) as usize);
                 mv.consider(first + s.slot, se, rec)?;
             }
+            pace.rest();
         }
         Ok(())
     })?;
@@ -316,6 +319,69 @@ fn relocate_band(e: &Engine, band: u32) -> Result<bool> {
         return Ok(false);
     }
     Ok(true)
+}
+
+/// Counts a writer waiting for space (`Engine::space_waiters`) while it lives.
+struct SpaceWaiter<'a>(&'a AtomicU64);
+
+impl<'a> SpaceWaiter<'a> {
+    fn new(count: &'a AtomicU64) -> SpaceWaiter<'a> {
+        count.fetch_add(1, Relaxed);
+        SpaceWaiter(count)
+    }
+}
+
+impl Drop for SpaceWaiter<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A background pass's rests between segments (`Options::gc_duty`).
+struct Pacer<'a> {
+    e: &'a Engine,
+    /// `1/duty − 1`, or 0 when this pass never rests.
+    factor: f64,
+    since: Instant,
+}
+
+impl<'a> Pacer<'a> {
+    const MAX_REST: Duration = Duration::from_millis(50);
+
+    fn new(e: &'a Engine, why: Pass) -> Pacer<'a> {
+        let duty = e.opts.gc_duty;
+        let rests = why == Pass::Background && duty > 0.0 && duty < 1.0;
+        Pacer {
+            e,
+            factor: if rests { 1.0 / duty - 1.0 } else { 0.0 },
+            since: Instant::now(),
+        }
+    }
+
+    /// Rest in proportion to the work since the last rest, unless free bands
+    /// are short or a writer waits for space; a close cuts the rest short.
+    fn rest(&mut self) {
+        if self.factor > 0.0 {
+            let short = self.e.bands.lock().free_count() * 2 < low_watermark(self.e)
+                || self.e.space_waiters.load(Relaxed) > 0;
+            let rest = self
+                .since
+                .elapsed()
+                .mul_f64(self.factor)
+                .min(Self::MAX_REST);
+            if !short && !rest.is_zero() {
+                self.e
+                    .counters
+                    .gc_rest_ns
+                    .fetch_add(rest.as_nanos() as u64, Relaxed);
+                let mut stop = self.e.stop.0.lock();
+                if !*stop {
+                    self.e.stop.1.wait_for(&mut stop, rest);
+                }
+            }
+        }
+        self.since = Instant::now();
+    }
 }
 
 /// Collects GC moves and submits them in groups.

@@ -103,6 +103,7 @@ fn copy_counters(e: &Engine, s: &mut Stats) {
     s.gc_runs = ld(&c.gc_runs);
     s.gc_bands_freed = ld(&c.gc_bands_freed);
     s.gc_bytes_read = ld(&c.gc_bytes_read);
+    s.gc_rest_us = ld(&c.gc_rest_ns) / 1000;
     s.gc_records_moved = ld(&c.gc_records_moved);
     s.gc_bytes_moved = ld(&c.gc_bytes_moved);
     s.gc_tombstones_dropped = ld(&c.gc_tombstones_dropped);

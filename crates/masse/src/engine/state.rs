@@ -86,6 +86,8 @@ pub(crate) struct Engine {
     /// What background work is running right now, for `Db::activity`.
     pub gc_active: AtomicBool,
     pub ckpt_active: AtomicBool,
+    /// Writers waiting for GC to free space: a paced GC pass stops resting.
+    pub space_waiters: AtomicU64,
 }
 
 impl Engine {
@@ -131,6 +133,7 @@ impl Engine {
             inplace_gen: AtomicU64::new(0),
             gc_active: AtomicBool::new(false),
             ckpt_active: AtomicBool::new(false),
+            space_waiters: AtomicU64::new(0),
             layout,
             pool,
             opts,

@@ -1,0 +1,65 @@
+//! `Options::gc_duty`: a background GC pass rests between segments while
+//! free bands are not short, and GC still keeps up: space is reclaimed and
+//! every value reads back. With the default (1.0) it never rests.
+mod common;
+use common::*;
+use masse::{Db, Options, Stats};
+use std::time::{Duration, Instant};
+
+/// Overwrite churn on a small pool until background GC has rested (or, for
+/// `duty` 1, for as many rounds); the stats at the end.
+fn churn(duty: f64) -> Stats {
+    let p = MemPool::tiered(64 << 20, 32 << 20).with_geometry(16 << 10, 256 << 10);
+    let o = Options {
+        gc_duty: duty,
+        ..opts()
+    };
+    let db = Db::create(&p.config(), o).expect("create");
+    let n = 60_000u64; // ≈ 60 % of the capacity tier live
+    let mut ver = vec![0u64; n as usize];
+    for i in 0..n {
+        db.put(&key(i), &value(i, 0, 200)).expect("fill");
+    }
+    let (mut x, deadline) = (7u64, Instant::now() + Duration::from_secs(60));
+    for _round in 0..40 {
+        for _ in 0..n / 4 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let i = x % n;
+            ver[i as usize] += 1;
+            db.put(&key(i), &value(i, ver[i as usize], 200))
+                .expect("overwrite");
+        }
+        // Give the maintenance thread (20 ms ticks) time to work.
+        std::thread::sleep(Duration::from_millis(100));
+        if (duty < 1.0 && db.stats().gc_rest_us > 0) || Instant::now() > deadline {
+            break;
+        }
+    }
+    for i in (0..n).step_by(7) {
+        let want = value(i, ver[i as usize], 200);
+        assert_eq!(
+            db.get(&key(i)).expect("get").as_deref(),
+            Some(&want[..]),
+            "key {i}"
+        );
+    }
+    let st = db.stats();
+    db.close().expect("close");
+    st
+}
+
+#[test]
+fn background_gc_rests_only_when_asked() {
+    let paced = churn(0.5);
+    assert!(paced.gc_bands_freed > 0, "GC ran: {}", paced.to_text());
+    assert!(
+        paced.gc_rest_us > 0,
+        "a paced GC rested: {}",
+        paced.to_text()
+    );
+    let flat = churn(1.0);
+    assert!(flat.gc_bands_freed > 0, "GC ran: {}", flat.to_text());
+    assert_eq!(flat.gc_rest_us, 0, "GC at duty 1 never rests");
+}
