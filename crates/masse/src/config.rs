@@ -207,10 +207,10 @@ pub struct Options {
     /// segment it reads and moves, it rests `worked × (1/duty − 1)`, at most
     /// 50 ms. Its reads and moves then reach the capacity device spread out
     /// rather than back to back, so gets queue behind fewer of them. 1.0 =
-    /// no rest. Default 0.5: in the churn demo on the reference machine,
-    /// reads while GC ran had p99 313–316 µs against 449–469 at 1.0, p99.9
-    /// 693–770 µs against 885–893, with the same overwrite rate and write
-    /// amplification (docs/benchmarks.md, "Overwrite churn"). GC never rests once free bands are short or while a writer
+    /// no rest. Default 0.5: in four interleaved pairs of churn demo runs on
+    /// the reference machine, reads while GC ran had a p99 16–33 % and a
+    /// p99.9 12–22 % lower than at 1.0 in every pair, with the same overwrite
+    /// rate and write amplification (docs/benchmarks.md, "Overwrite churn"). GC never rests once free bands are short or while a writer
     /// waits for space. A paced pass holds GC's lock longer, and an iterator
     /// or `check` opened meanwhile waits for it.
     pub gc_duty: f64,

@@ -63,3 +63,12 @@ fn background_gc_rests_only_when_asked() {
     assert!(flat.gc_bands_freed > 0, "GC ran: {}", flat.to_text());
     assert_eq!(flat.gc_rest_us, 0, "GC at duty 1 never rests");
 }
+
+/// A tiny duty asks for rests far beyond any `Duration`: they are capped
+/// (50 ms), not a panic, and GC still frees bands.
+#[test]
+fn a_tiny_duty_rests_a_bounded_time() {
+    let st = churn(1e-300);
+    assert!(st.gc_bands_freed > 0, "GC ran: {}", st.to_text());
+    assert!(st.gc_rest_us > 0, "it rested: {}", st.to_text());
+}

@@ -364,20 +364,20 @@ impl<'a> Pacer<'a> {
         if self.factor > 0.0 {
             let short = self.e.bands.lock().free_count() * 2 < low_watermark(self.e)
                 || self.e.space_waiters.load(Relaxed) > 0;
-            let rest = self
-                .since
-                .elapsed()
-                .mul_f64(self.factor)
-                .min(Self::MAX_REST);
+            // A tiny duty makes a huge factor: cap the rest, never overflow.
+            let rest =
+                Duration::try_from_secs_f64(self.since.elapsed().as_secs_f64() * self.factor)
+                    .unwrap_or(Self::MAX_REST)
+                    .min(Self::MAX_REST);
             if !short && !rest.is_zero() {
-                self.e
-                    .counters
-                    .gc_rest_ns
-                    .fetch_add(rest.as_nanos() as u64, Relaxed);
+                let t0 = Instant::now();
                 let mut stop = self.e.stop.0.lock();
                 if !*stop {
                     self.e.stop.1.wait_for(&mut stop, rest);
                 }
+                drop(stop);
+                let rested = t0.elapsed().as_nanos() as u64;
+                self.e.counters.gc_rest_ns.fetch_add(rested, Relaxed);
             }
         }
         self.since = Instant::now();
