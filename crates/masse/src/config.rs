@@ -210,8 +210,9 @@ pub struct Options {
     /// no rest. Default 0.5: in four interleaved pairs of churn demo runs on
     /// the reference machine, reads while GC ran had a p99 16–33 % and a
     /// p99.9 12–22 % lower than at 1.0 in every pair, with the same overwrite
-    /// rate and write amplification (docs/benchmarks.md, "Overwrite churn"). GC never rests once free bands are short or while a writer
-    /// waits for space. A paced pass holds GC's lock longer, and an iterator
+    /// rate and write amplification (docs/benchmarks.md, "Overwrite churn").
+    /// GC never rests once free bands are short or while a writer waits for
+    /// space. A paced pass holds GC's lock longer, and an iterator
     /// or `check` opened meanwhile waits for it.
     pub gc_duty: f64,
     /// Largest group-commit batch in bytes.
