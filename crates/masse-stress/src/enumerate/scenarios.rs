@@ -120,7 +120,8 @@ fn pad_setup(mode: &str) -> Setup {
     }
 }
 
-/// Few bands, whose freed slots keep their contents.
+/// The small pool, with freed bands left untrimmed: their slots keep their
+/// old segments.
 fn untrimmed_setup(mode: &str) -> Setup {
     Setup {
         keep_freed: true,

@@ -395,13 +395,13 @@ pub fn encode_v3_entry(out: &mut Vec<u8>, e: &V3Entry, expect: &mut u64) {
 
 /// Bytes `encode_v3_entry` will append for `e` with chain state `expect`.
 pub fn v3_entry_len(e: &V3Entry, expect: u64) -> usize {
-    let flags = 4; // at most 4 flag bits share the length's LEB128
     let seq = if e.seq != expect {
         leb_len(zigzag(e.seq.wrapping_sub(expect) as i64))
     } else {
         0
     };
-    10 + leb_len((e.len as u64) << flags) + seq
+    // The four flag bits share the length's LEB128.
+    10 + leb_len((e.len as u64) << 4) + seq
 }
 
 /// Decode `nrec` entries from `sum`, deriving each record's offset from the
@@ -791,7 +791,13 @@ mod tests {
             }
             w.data.resize(s.record, 0);
             encode_v3_record(&mut w.data, r.2, &key, &r.3, t);
+            let (before, want) = (w.sum.len(), v3_entry_len(&e, expect));
             encode_v3_entry(&mut w.sum, &e, &mut expect);
+            assert_eq!(
+                w.sum.len() - before,
+                want,
+                "v3_entry_len predicts the entry"
+            );
             w.entries.push(e);
             open_block = Some(s.record / BLOCK);
             w.foot.min_seq = w.foot.min_seq.min(r.0);
