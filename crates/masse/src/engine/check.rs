@@ -10,6 +10,7 @@ use super::scanner::{parse_records, BandScanner, Found, Source};
 use super::state::Engine;
 use crate::error::Result;
 use crate::format::*;
+use crate::index::canonical;
 
 /// What [`Db::check`] found.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -137,7 +138,7 @@ fn check_record(
     let problem = match data.get(o..o + se.len as usize).map(decode_record) {
         Some(Ok((h, key, _))) => {
             rep.records += 1;
-            (e.digest(key) != se.digest || h.seq != se.seq)
+            (canonical(e.digest(key)) != canonical(se.digest) || h.seq != se.seq)
                 .then_some("summary disagrees with record")
         }
         _ => Some("record checksum mismatch"),

@@ -373,9 +373,7 @@ pub struct V3Entry {
 
 /// The 80 bits of a 128-bit digest a version-3 summary keeps (bits 0–63, the
 /// index fingerprint, and 112–127, the shard bits).
-pub fn canonical_digest(d: u128) -> u128 {
-    d & (u64::MAX as u128 | (0xffff_u128 << 112))
-}
+pub use crate::index::canonical as canonical_digest;
 
 /// Append the summary entry `e` (its `offset` is not stored) to `out`;
 /// `expect` is the summary's seq chain (starts at 0).

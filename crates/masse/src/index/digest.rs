@@ -35,7 +35,10 @@ pub enum KeyDigest {
 }
 
 impl KeyDigest {
-    /// The digest of `key` in this pool.
+    /// The digest of `key` in this pool (all 128 bits; version-2 summaries
+    /// store them whole, and builds before the canonical digest compare
+    /// them whole). Compare digests from different sources as
+    /// [`canonical`] forms.
     #[inline]
     pub fn digest(&self, key: &[u8]) -> Digest {
         use std::hash::Hasher;
@@ -48,6 +51,21 @@ impl KeyDigest {
             }
         }
     }
+}
+
+/// Most shards an index can have: the shard number comes from digest bits
+/// 112–127, the top 16 bits that [`canonical`] keeps.
+pub const MAX_SHARDS: usize = 1 << 16;
+
+/// The 80 bits of a digest the engine uses: bits 0–63 (the [`fingerprint`])
+/// and 112–127 (the shard number's source, for up to [`MAX_SHARDS`] shards),
+/// the rest zero. Two keys are told apart by `64 + log2(shards)` of these
+/// bits, so dropping the others weakens nothing; format version 3's summaries
+/// store only these. Wherever a digest read from a summary meets a freshly
+/// computed one (the commit filter, check), both are compared in this form.
+#[inline]
+pub fn canonical(d: Digest) -> Digest {
+    d & (u64::MAX as u128 | (0xffff_u128 << 112))
 }
 
 impl fmt::Debug for KeyDigest {
@@ -68,5 +86,22 @@ pub fn fingerprint(d: Digest) -> u64 {
         1
     } else {
         fp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The canonical digest keeps exactly what the index reads: the
+    /// fingerprint and the bits the shard number comes from.
+    #[test]
+    fn canonical_keeps_fingerprint_and_shard_bits() {
+        let d: Digest = !0u128 ^ 0x1234;
+        let c = canonical(d);
+        assert_eq!(fingerprint(c), fingerprint(d));
+        assert_eq!((c >> 112) as u16, (d >> 112) as u16);
+        assert_eq!(c & !(u64::MAX as u128 | (0xffff_u128 << 112)), 0);
+        assert_eq!(canonical(c), c);
     }
 }

@@ -90,8 +90,7 @@
 //!
 //! [`Index::shard_image`] / [`Index::load_shard_image`] save and restore one
 //! shard bit-exactly (geometry, every packed slot in place, the overflow
-//! map); [`Index::load_legacy_shard_image`] converts images of 16-byte slots
-//! from checkpoints of earlier builds. Loading validates
+//! map). Loading validates
 //! the image, including the cluster order that lookups rely on, so a corrupt
 //! image is an [`IndexImageError`], never a panic or a silently wrong index. An
 //! image is only meaningful in an index with the same shard count as the one it
@@ -113,7 +112,7 @@ use std::fmt;
 
 use parking_lot::RwLock;
 
-pub use digest::{digest, fingerprint, Digest, KeyDigest};
+pub use digest::{canonical, digest, fingerprint, Digest, KeyDigest, MAX_SHARDS};
 pub use image::IndexImageError;
 use shard::{Shard, Spot};
 use table::{max_len_for, min_cap_for};
@@ -133,7 +132,8 @@ pub const DEFAULT_LOC_BITS: u32 = 64;
 /// Tuning knobs of an [`Index`]; see [`Index::with_options`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct IndexOptions {
-    /// Number of shards; rounded up to a power of two, clamped to `[1, 2^20]`.
+    /// Number of shards; rounded up to a power of two, clamped to
+    /// `[1, MAX_SHARDS]` (2^16).
     pub shards: usize,
     /// Number of keys to size the tables for up front (0: grow from empty).
     pub expected_keys: usize,
@@ -242,7 +242,7 @@ impl Index {
 
     /// An empty index with explicit tuning (out-of-range values are clamped).
     pub fn with_options(opts: IndexOptions) -> Index {
-        let shards = opts.shards.clamp(1, 1 << 20).next_power_of_two();
+        let shards = opts.shards.clamp(1, MAX_SHARDS).next_power_of_two();
         let max_load = if opts.max_load.is_finite() {
             opts.max_load.clamp(0.5, 0.98)
         } else {
