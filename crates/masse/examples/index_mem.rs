@@ -5,7 +5,7 @@
 //!     [--shards S] [--max-load F] [--growth G] [--loc-bits L] [--presize]
 //! ```
 //!
-//! `--loc-bits` is the width of the locations the index stores (default 52:
+//! `--loc-bits` is the width of the locations the index stores (default 49:
 //! what the engine uses for a pool of 2^17 segments, e.g. Table 4 at 10^8
 //! keys; 64 is the generic index). Locations stored are the key numbers
 //! masked to that width.
@@ -72,7 +72,7 @@ fn parse_args() -> Result<Args, String> {
         shards: DEFAULT_SHARDS,
         max_load: DEFAULT_MAX_LOAD,
         growth: DEFAULT_GROWTH,
-        loc_bits: 52,
+        loc_bits: 49,
         presize: false,
     };
     let mut it = std::env::args().skip(1);

@@ -85,6 +85,15 @@ impl Layout {
         )
     }
 
+    /// Device offset where the payload of `slot`'s band ends: a record at
+    /// `slot` (even one spanning several slots) lies before it, so a read
+    /// sized by a location's length bound ([`crate::format::Loc::len8`]) is
+    /// cut here rather than run off the band.
+    pub fn band_payload_end(&self, slot: u64) -> u64 {
+        let (_, base) = self.slot_addr(slot);
+        base + (self.slots_per_band - self.slot_in_band(slot)) * self.seg
+    }
+
     /// Bytes of band payload (slots only).
     pub fn band_payload(&self) -> u64 {
         self.slots_per_band * self.seg

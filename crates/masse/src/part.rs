@@ -10,7 +10,7 @@
 
 use crate::device::{round_down64, round_up64, AlignedBuf};
 use crate::error::{Error, Result};
-use crate::format::{Loc, MAX_KEY_LEN, RECORD_HEADER};
+use crate::format::{peek_record, Loc, MAX_KEY_LEN, RECORD_HEADER};
 use crate::stats::Op;
 use crate::Db;
 use std::ops::Range;
@@ -27,6 +27,9 @@ struct Cand {
     buf: Vec<u8>,
     /// A device read still to do.
     dev: Option<DevRead>,
+    /// The record's header left nothing of the range (or was unreadable):
+    /// answered by a whole read instead.
+    cut: bool,
 }
 
 /// An aligned device read holding a part.
@@ -38,6 +41,11 @@ struct DevRead {
     /// The part's place in `buf`.
     skip: usize,
     len: usize,
+    /// A read of the record's header (aligned offset, buffer, header's place
+    /// in it), when the part may run past the value's end.
+    hdr: Option<(u64, AlignedBuf, usize)>,
+    /// The part's first byte in the value.
+    first: usize,
 }
 
 impl Db {
@@ -53,9 +61,9 @@ impl Db {
     /// checksum fails is [`Error::Corruption`].
     ///
     /// `None` for a key with no value. A part is shorter than its range where the
-    /// value ends first; when read without the record's header it may then run
-    /// up to 7 bytes of zero padding past the value's end (records are 8-byte
-    /// aligned), which `check` sees too.
+    /// value ends first, and never holds bytes from past the value's end: when
+    /// the index cannot tell where the value ends (values of 2 KiB or more),
+    /// the record's header is read too, in the same batch.
     pub fn get_parts(
         &self,
         parts: &[(&[u8], Range<usize>)],
@@ -91,7 +99,7 @@ impl Db {
         for c in cands {
             let (key, _) = &parts[c.i];
             let same = e.index.get(e.digest(key)) == Some(c.loc) && !e.inplace_raced(gen);
-            if same && check(c.i, &c.buf) {
+            if same && !c.cut && check(c.i, &c.buf) {
                 out[c.i] = Some(c.buf);
             } else {
                 slow.push(c.i);
@@ -114,7 +122,7 @@ impl Db {
     }
 
     /// Where part `i` is: absent, in a DRAM segment (copied now), on a device
-    /// (a read to issue), or only readable whole (an empty range: nothing to check).
+    /// (a read to issue), or only readable whole (an empty range).
     fn locate_part(&self, i: usize, key: &[u8], range: &Range<usize>) -> Located {
         let e = &self.engine;
         let Some(l) = e.index.get(e.digest(key)) else {
@@ -125,29 +133,53 @@ impl Db {
             return Located::Absent;
         }
         let vstart = RECORD_HEADER + key.len();
-        let vmax = (loc.len8() as usize).saturating_sub(vstart);
-        let (a, b) = (range.start.min(vmax), range.end.min(vmax));
+        // Value bytes the location vouches for: `sure` (its exact length below
+        // 2 KiB, a lower bound above) and at most `bound`. A part that may run
+        // past `sure` is cut at the value's end read from the record's header,
+        // so neither padding nor a neighbouring record's bytes are handed out.
+        let sure = (loc.len_min() as usize).saturating_sub(vstart);
+        let bound = (loc.len8() as usize).saturating_sub(vstart);
+        let (a, b) = (range.start, range.end.min(bound));
         if a >= b {
             return Located::Slow;
         }
-        let off = loc.offset() as usize + vstart;
+        let need_hdr = b > sure;
+        let rec = loc.offset() as usize;
         if let Some(seg) = e.segments.get(loc.slot()) {
             let d = seg.data.read();
-            if off + b > d.len() {
+            let vend = match need_hdr {
+                true => d
+                    .get(rec..)
+                    .and_then(peek_record)
+                    .map(|h| h.val_len as usize),
+                false => Some(b),
+            };
+            let b = b.min(vend.unwrap_or(0));
+            if a >= b || rec + vstart + b > d.len() {
                 return Located::Slow;
             }
             e.counters.reads_from_dram.fetch_add(1, Relaxed);
             return Located::Cand(Cand {
                 i,
                 loc: l,
-                buf: d[off + a..off + b].to_vec(),
+                buf: d[rec + vstart + a..rec + vstart + b].to_vec(),
                 dev: None,
+                cut: false,
             });
         }
         let (dev, base) = e.layout.slot_addr(loc.slot());
+        let off = rec + vstart;
         let (lo, hi) = (base + (off + a) as u64, base + (off + b) as u64);
         let start = round_down64(lo, 4096);
-        let abuf = AlignedBuf::new((round_up64(hi, 4096) - start) as usize);
+        let hdr = need_hdr.then(|| {
+            let at = round_down64(base + rec as u64, 4096);
+            let end = round_up64(base + (rec + RECORD_HEADER) as u64, 4096);
+            (
+                at,
+                AlignedBuf::new((end - at) as usize),
+                (base + rec as u64 - at) as usize,
+            )
+        });
         Located::Cand(Cand {
             i,
             loc: l,
@@ -155,10 +187,13 @@ impl Db {
             dev: Some(DevRead {
                 dev,
                 at: start,
-                buf: abuf,
+                buf: AlignedBuf::new((round_up64(hi, 4096) - start) as usize),
                 skip: (lo - start) as usize,
                 len: b - a,
+                hdr,
+                first: a,
             }),
+            cut: false,
         })
     }
 
@@ -167,12 +202,15 @@ impl Db {
     fn read_cands(&self, cands: &mut [Cand]) -> Result<()> {
         let e = &self.engine;
         for dev in 0..e.pool.caps.len() {
-            let mut ops: Vec<(u64, &mut [u8])> = cands
-                .iter_mut()
-                .filter_map(|c| c.dev.as_mut())
-                .filter(|d| d.dev == dev)
-                .map(|d| (d.at, &mut d.buf[..]))
-                .collect();
+            let mut ops: Vec<(u64, &mut [u8])> = Vec::new();
+            for d in cands.iter_mut().filter_map(|c| c.dev.as_mut()) {
+                if d.dev == dev {
+                    ops.push((d.at, &mut d.buf[..]));
+                    if let Some((at, h, _)) = d.hdr.as_mut() {
+                        ops.push((*at, &mut h[..]));
+                    }
+                }
+            }
             if ops.is_empty() {
                 continue;
             }
@@ -185,7 +223,16 @@ impl Db {
         }
         for c in cands.iter_mut() {
             if let Some(d) = c.dev.take() {
-                c.buf = d.buf[d.skip..d.skip + d.len].to_vec();
+                let len = match &d.hdr {
+                    // Unchecked header bytes only shorten the part; the
+                    // caller's check still vouches for what it gets.
+                    Some((_, h, skip)) => peek_record(&h[*skip..])
+                        .map_or(0, |r| (r.val_len as usize).saturating_sub(d.first))
+                        .min(d.len),
+                    None => d.len,
+                };
+                c.cut = len == 0;
+                c.buf = d.buf[d.skip..d.skip + len].to_vec();
             }
         }
         Ok(())

@@ -1,49 +1,17 @@
-//! A checkpoint written by a build before packed index slots (checkpoint
-//! version 2, shard images of 16-byte `[fp, loc]` slots) still loads: the
-//! engine converts its images, and every key is found without a scan.
+//! A checkpoint written by an earlier build (checkpoint version ≤ 3: shard
+//! images whose locations round lengths to 8 bytes) is not loaded: the open
+//! scans the log instead, quietly (no corruption counted), finds every key,
+//! and the next checkpoint, in the current layout, loads.
 //!
-//! The legacy checkpoint is made from a current one using only the documented
-//! layouts (docs/format.md §9.2): each shard's entries are read back through a
-//! scratch index and laid out again as the old ordered-linear-probing table.
+//! The old checkpoint is made from a current one by rewriting its header's
+//! version (docs/format.md §9.1): the header is all a build looks at to decide.
 mod common;
 use common::*;
 use masse::device::{AlignedBuf, Device};
-use masse::format::{CheckpointHeader, BAND_RECORD, CHECKPOINT_VERSION, CKPT_HEADER};
-use masse::index::Index;
+use masse::format::{CheckpointHeader, CHECKPOINT_VERSION, CKPT_HEADER};
 use masse::Db;
 
-const KEYS: u64 = 200_000;
-
-/// A legacy image of `entries` (`(fp, loc)`, increasing fp): capacity, count,
-/// then 16-byte slots, home `(fp · cap) >> 64`, ordered linear probing. The
-/// capacity is raised until no cluster wraps, which the layout allows.
-fn legacy_image(entries: &[(u64, u64)], min_cap: usize) -> Vec<u8> {
-    let mut cap = min_cap.max(entries.len() + 1);
-    let slots = loop {
-        let mut slots = vec![(0u64, 0u64); cap];
-        let mut w = 0usize;
-        let fits = entries.iter().all(|&(fp, loc)| {
-            let p = (((fp as u128 * cap as u128) >> 64) as usize).max(w);
-            if p < cap {
-                slots[p] = (fp, loc);
-                w = p + 1;
-            }
-            p < cap
-        });
-        if fits {
-            break slots;
-        }
-        cap += 64;
-    };
-    let mut v = Vec::with_capacity(16 + 16 * cap);
-    v.extend_from_slice(&(cap as u64).to_le_bytes());
-    v.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-    for (fp, loc) in slots {
-        v.extend_from_slice(&fp.to_le_bytes());
-        v.extend_from_slice(&loc.to_le_bytes());
-    }
-    v
-}
+const KEYS: u64 = 50_000;
 
 fn read(dev: &dyn Device, off: u64, len: u64) -> Vec<u8> {
     let mut b = AlignedBuf::new(len.next_multiple_of(4096) as usize);
@@ -57,43 +25,7 @@ fn write(dev: &dyn Device, off: u64, bytes: &[u8]) {
     dev.write_at(&b, off).expect("write");
 }
 
-/// Rewrites the checkpoint at `slot` as checkpoint version 2 with legacy images.
-fn make_legacy(dev: &dyn Device, slot: u64) {
-    let h = CheckpointHeader::decode(&read(dev, slot, CKPT_HEADER)).expect("a checkpoint");
-    assert_eq!(h.version, CHECKPOINT_VERSION);
-    let payload = read(dev, slot + CKPT_HEADER, h.payload_len);
-    let bands_len = h.bands as usize * BAND_RECORD;
-    let mut out = payload[..bands_len].to_vec();
-    let scratch = Index::with_shards(h.shards as usize, 0);
-    let mut at = bands_len;
-    for s in 0..h.shards as usize {
-        let n = u64::from_le_bytes(payload[at..at + 8].try_into().expect("8")) as usize;
-        let img = &payload[at + 8..at + 8 + n];
-        at += 8 + n;
-        scratch.load_shard_image(s, img).expect("a valid image");
-        let mut entries = Vec::new();
-        scratch.scan_shard(s, 0, |fp, loc| {
-            entries.push((fp, loc));
-            true
-        });
-        let cap = u64::from_le_bytes(img[..8].try_into().expect("8")) as usize;
-        let legacy = legacy_image(&entries, cap);
-        out.extend_from_slice(&(legacy.len() as u64).to_le_bytes());
-        out.extend_from_slice(&legacy);
-    }
-    assert_eq!(at, payload.len());
-    let old = CheckpointHeader {
-        version: 2,
-        payload_len: out.len() as u64,
-        payload_hash: xxhash_rust::xxh3::xxh3_64(&out),
-        ..h
-    };
-    write(dev, slot + CKPT_HEADER, &out);
-    write(dev, slot, &old.encode());
-}
-
-#[test]
-fn legacy_checkpoint_loads_without_a_scan() {
+fn old_checkpoint_is_scanned_past(version: u32) {
     let p = MemPool::tiered(256 << 20, 512 << 20);
     let db = Db::create(&p.config(), opts()).expect("create");
     for i in 0..KEYS {
@@ -106,25 +38,30 @@ fn legacy_checkpoint_loads_without_a_scan() {
     db.close().expect("close (writes a checkpoint)");
 
     let fast = p.fast.as_ref().expect("fast tier");
+    let mut rewritten = 0;
     for s in 0..2 {
         let slot = g.ckpt_offset + s * g.ckpt_slot_size;
-        if CheckpointHeader::decode(&read(fast, slot, CKPT_HEADER)).is_some() {
-            make_legacy(fast, slot);
+        if let Some(h) = CheckpointHeader::decode(&read(fast, slot, CKPT_HEADER)) {
+            assert_eq!(h.version, CHECKPOINT_VERSION);
+            write(fast, slot, &CheckpointHeader { version, ..h }.encode());
+            rewritten += 1;
         }
     }
-    let db = Db::open(&p.config(), opts()).expect("open a legacy checkpoint");
+    assert!(rewritten > 0, "close wrote a checkpoint");
+    let db = Db::open(&p.config(), opts()).expect("open past an old checkpoint");
     let st = db.stats();
     assert!(
-        st.recovery_source.starts_with("checkpoint"),
-        "the legacy checkpoint must be used, not a scan: {}",
+        !st.recovery_source.starts_with("checkpoint"),
+        "a version-{version} checkpoint must not be used: {}",
         st.recovery_source
     );
-    assert_eq!(st.corruptions, 0);
+    assert_eq!(st.corruptions, 0, "an old checkpoint is not damage");
     for i in 0..KEYS {
         let want = (i % 7 != 0).then(|| i.to_le_bytes().to_vec());
         assert_eq!(db.get(&key(i)).expect("get"), want, "key {i}");
     }
-    // The next checkpoint is written in the current layout and loads too.
+    assert!(db.check().expect("check").errors.is_empty());
+    // The next checkpoint is written in the current layout and loads.
     db.close().expect("close");
     let db = Db::open(&p.config(), opts()).expect("reopen");
     assert!(db.stats().recovery_source.starts_with("checkpoint"));
@@ -133,4 +70,14 @@ fn legacy_checkpoint_loads_without_a_scan() {
         Some(1u64.to_le_bytes().to_vec())
     );
     db.close().expect("close");
+}
+
+#[test]
+fn version_2_checkpoint_is_scanned_past() {
+    old_checkpoint_is_scanned_past(2);
+}
+
+#[test]
+fn version_3_checkpoint_is_scanned_past() {
+    old_checkpoint_is_scanned_past(3);
 }

@@ -38,6 +38,14 @@ pub(super) fn load_checkpoint(e: &Engine) -> Result<Option<LoadedCheckpoint>> {
             }
         }
     }
+    // Checkpoints of earlier builds (version ≤ 3) hold locations whose
+    // lengths are rounded to 8 bytes, which this build's exact locations
+    // would not match (GC and check compare them): scan the log instead, once.
+    let found = cands.len();
+    cands.retain(|(_, h)| h.version == CHECKPOINT_VERSION);
+    if cands.is_empty() && found > 0 {
+        tracing::info!("checkpoint written by an earlier build: scanning the log instead");
+    }
     cands.sort_by_key(|c| std::cmp::Reverse(c.1.ckpt_seq));
     for (off, h) in cands {
         match try_load(e, off, &h) {
@@ -87,12 +95,9 @@ fn try_load(e: &Engine, off: u64, h: &CheckpointHeader) -> Result<Vec<BandRecord
         img.clear();
         img.resize(n as usize, 0);
         r.read_exact(&mut img)?;
-        let loaded = if h.version >= CHECKPOINT_VERSION {
-            e.index.load_shard_image(s, &img)
-        } else {
-            e.index.load_legacy_shard_image(s, &img)
-        };
-        loaded.map_err(|e| Error::Corruption(format!("checkpoint index shard {s}: {e}")))?;
+        e.index
+            .load_shard_image(s, &img)
+            .map_err(|e| Error::Corruption(format!("checkpoint index shard {s}: {e}")))?;
     }
     if r.finish()? != h.payload_hash {
         return Err(Error::Corruption(

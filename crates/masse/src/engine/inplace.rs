@@ -14,7 +14,7 @@ use super::band::BandState;
 use super::request::{stamp, Outcome, PendingRecord, Req};
 use super::state::Engine;
 use super::writer_jobs::WriterJob;
-use crate::device::{round_down64, round_up, AlignedBuf};
+use crate::device::{round_down64, AlignedBuf};
 use crate::error::{Error, Result};
 use crate::format::*;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -69,10 +69,11 @@ impl Engine {
     }
 
     /// The device and byte offset of `p`'s live record, if it may be overwritten:
-    /// same 8-aligned length, on the device, in a band GC is not emptying.
+    /// a length that may be the same (`try_in_place` compares the old
+    /// record's exact length), on the device, in a band GC is not emptying.
     fn in_place_target(&self, p: &PendingRecord) -> Option<(usize, u64)> {
         let loc = Loc(self.index.get(p.digest)?);
-        if loc.is_tombstone() || round_up(p.bytes.len(), 8) as u32 != loc.len8() {
+        if loc.is_tombstone() || Loc::len8_of(p.bytes.len()) != loc.len8() {
             return None;
         }
         if self.segments.contains(loc.slot()) {

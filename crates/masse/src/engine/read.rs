@@ -90,8 +90,7 @@ impl Engine {
             reads.add(self, i, loc);
         }
         reads.submit(self)?;
-        for ((i, loc, _, _, s), b) in reads.pending.iter().zip(reads.bufs.iter()) {
-            let len = loc.len8() as usize;
+        for ((i, _, _, _, s, len), b) in reads.pending.iter().zip(reads.bufs.iter()) {
             match decode_record(&b[*s..*s + len]) {
                 Ok((_, k, v)) if k == keys[*i] => out[*i] = Some(v.to_vec()),
                 _ => recheck.push(*i),
@@ -114,24 +113,25 @@ impl Engine {
     /// (they were a few percent of a get's CPU).
     pub fn with_record<R>(&self, loc: Loc, f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
         let off = loc.offset() as usize;
+        // An upper bound on the record's length: `f` decodes the exact one.
         let len = loc.len8() as usize;
         if let Some(b) = self.segments.get(loc.slot()) {
             // Copied out first: the leader appending to this segment waits
             // for the read lock, so `f` (a crc check at least) runs after it.
+            // The buffer is taken before the lock, so the leader never waits
+            // on an allocation; a segment buffer's size never changes.
+            let size = b.size;
+            if off >= size {
+                return Err(Error::Corruption("location outside its segment".into()));
+            }
+            let len = len.min(size - off);
             return with_read_buf(len, |a| {
-                {
-                    let d = b.data.read();
-                    if off + len > d.len() {
-                        return Err(Error::Corruption("location outside its segment".into()));
-                    }
-                    a.copy_from_slice(&d[off..off + len]);
-                }
+                a.copy_from_slice(&b.data.read()[off..off + len]);
                 self.counters.reads_from_dram.fetch_add(1, Relaxed);
                 f(a)
             });
         }
-        let (dev, base) = self.layout.slot_addr(loc.slot());
-        let abs = base + off as u64;
+        let (dev, abs, len) = self.record_span(loc);
         let start = round_down64(abs, 4096);
         let end = round_up64(abs + len as u64, 4096);
         let d = &self.pool.caps[dev];
@@ -142,6 +142,18 @@ impl Engine {
             let s = (abs - start) as usize;
             f(&a[s..s + len])
         })
+    }
+
+    /// Where the record at `loc` lies on its device: the device, its byte
+    /// offset and how many bytes to read (the location's length bound, cut at
+    /// the end of the band so a bound above the exact length never reads past
+    /// the device).
+    pub(crate) fn record_span(&self, loc: Loc) -> (usize, u64, usize) {
+        let (dev, base) = self.layout.slot_addr(loc.slot());
+        let abs = base + loc.offset() as u64;
+        let limit = self.layout.band_payload_end(loc.slot());
+        let len = (loc.len8() as u64).min(limit.saturating_sub(abs));
+        (dev, abs, len as usize)
     }
 }
 
@@ -191,19 +203,19 @@ fn with_read_buf<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
 /// Device reads of a `get_many`, issued together.
 #[derive(Default)]
 struct BatchedReads {
-    /// (key index, location, device, aligned start, offset of the record in the buffer)
-    pending: Vec<(usize, Loc, usize, u64, usize)>,
+    /// (key index, location, device, aligned start, offset of the record in
+    /// the buffer, bytes to read)
+    pending: Vec<(usize, Loc, usize, u64, usize, usize)>,
     bufs: Vec<AlignedBuf>,
 }
 
 impl BatchedReads {
     fn add(&mut self, e: &Engine, i: usize, loc: Loc) {
-        let (dev, base) = e.layout.slot_addr(loc.slot());
-        let abs = base + loc.offset() as u64;
+        let (dev, abs, len) = e.record_span(loc);
         let start = round_down64(abs, 4096);
-        let end = round_up64(abs + loc.len8() as u64, 4096);
+        let end = round_up64(abs + len as u64, 4096);
         self.pending
-            .push((i, loc, dev, start, (abs - start) as usize));
+            .push((i, loc, dev, start, (abs - start) as usize, len));
         self.bufs.push(AlignedBuf::new((end - start) as usize));
     }
 

@@ -382,6 +382,9 @@ pub(crate) fn parse_records(
             }
         });
         let Some((o, (h, d, len))) = found else { break };
+        if o >= MAX_LOC_OFFSET as usize {
+            break; // no writer puts a record there (format.md §10)
+        }
         out.push(SummaryEntry {
             digest: d,
             seq: h.seq,

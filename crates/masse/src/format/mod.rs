@@ -28,7 +28,7 @@ mod version;
 
 pub use band::{BandHeader, BAND_FREE, BAND_HEADER_COPY, BAND_IN_USE};
 pub use checkpoint::{BandRecord, CheckpointHeader, BAND_RECORD, CKPT_HEADER};
-pub use loc::{Loc, MAX_SLOTS};
+pub use loc::{Loc, MAX_LOC_OFFSET, MAX_SLOTS};
 pub use pad::{
     encode_batch, peek_batch, verify_batch, BatchHeader, PadHeader, BATCH_HEADER, BATCH_WRAP,
     PAD_HEADER_SIZE,

@@ -184,7 +184,10 @@ pub fn decode_summary(seg: &[u8], f: &SegmentFooter) -> Result<Vec<SummaryEntry>
         let offset = g.u32()?;
         let lf = g.u32()?;
         let len = lf & !(3 << 30);
-        if offset as u64 + len as u64 > f.data_len as u64 {
+        // No valid record starts at or past 512 KiB (the largest one-slot
+        // segment; a multi-slot segment holds one record, at the start), and
+        // a location could not hold such an offset.
+        if offset as u64 + len as u64 > f.data_len as u64 || offset >= super::loc::MAX_LOC_OFFSET {
             return Err(Error::Corruption(
                 "summary entry outside segment data".into(),
             ));

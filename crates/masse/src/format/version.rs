@@ -10,11 +10,13 @@ pub const FORMAT_VERSION: u32 = 2;
 
 /// Version of the checkpoint header written by this build, kept apart from
 /// [`FORMAT_VERSION`] because a checkpoint is a cache of the log, not part of
-/// it: a build that cannot read one scans instead. Version 3 (this build)
-/// stores index shard images of packed quotient slots; headers of version ≤ 2
-/// hold images of 16-byte slots, which this build converts at load. Older
-/// builds refuse version 3 and fall back to a full scan.
-pub const CHECKPOINT_VERSION: u32 = 3;
+/// it: a build that cannot read one scans instead. Version 4 (this build)
+/// packs locations as `slot:29 | offset:19 | lenc:12 | tombstone:1`
+/// ([`crate::format::Loc`]); version 3 stored index shard images of packed
+/// quotient slots with the older `offset/8:16 | len8:18` locations, and
+/// versions ≤ 2 images of 16-byte slots. This build converts both at load.
+/// Older builds refuse a newer version and fall back to a full scan.
+pub const CHECKPOINT_VERSION: u32 = 4;
 
 /// Longest key accepted.
 pub const MAX_KEY_LEN: usize = 1024;

@@ -6,9 +6,8 @@
 //! `cap · b` bytes of the table verbatim; then `m` overflow entries as
 //! `fp` (u64), `loc` (u64), fingerprints strictly increasing.
 //!
-//! Checkpoints written before packed slots (header version ≤ 2) hold images
-//! of the earlier layout, capacity and count then 16-byte `[fp, loc]` slots;
-//! [`Index::load_legacy_shard_image`] validates and converts them.
+//! Images of earlier layouts (checkpoint versions ≤ 3) are not loaded: the
+//! engine scans the log instead (docs/format.md §9.3).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -20,10 +19,7 @@ use super::Index;
 /// Size of the header of a shard image.
 const IMAGE_HEADER: usize = 24;
 
-/// Size of the header of a legacy shard image (capacity, count).
-const LEGACY_HEADER: usize = 16;
-
-/// Bytes of an overflow entry in an image, and of a legacy slot.
+/// Bytes of an overflow entry in an image.
 const PAIR_BYTES: usize = 16;
 
 /// Why a shard image was rejected by [`Index::load_shard_image`].
@@ -178,27 +174,6 @@ impl Index {
         Ok(())
     }
 
-    /// Like [`Index::load_shard_image`] for an image of the layout before
-    /// packed slots (checkpoint header version ≤ 2): capacity (u64), count
-    /// (u64), then every slot as `fp` (u64), `loc` (u64). Its entries are
-    /// validated as that layout requires and re-placed in a packed table.
-    pub fn load_legacy_shard_image(
-        &self,
-        shard: usize,
-        image: &[u8],
-    ) -> Result<(), IndexImageError> {
-        let p = self.shard_slot(shard)?;
-        let (cap, mut entries) = parse_legacy_image(image)?;
-        entries.sort_unstable();
-        let cap = if cap == 0 { 0 } else { cap.max(self.min_cap) };
-        let mut spill = Vec::new();
-        let n = entries.len();
-        let table = Table::from_sorted(cap, self.lbits, entries.into_iter(), &mut spill);
-        let overflow = spill.into_iter().collect();
-        *p.write() = Shard::with_len(table, overflow, n, self.max_load);
-        Ok(())
-    }
-
     fn shard_slot(&self, shard: usize) -> Result<&parking_lot::RwLock<Shard>, IndexImageError> {
         self.shards
             .get(shard)
@@ -348,73 +323,6 @@ fn parse_overflow(t: &Table, raw: &[u8]) -> Result<BTreeMap<u64, u64>, IndexImag
         out.insert(fp, loc);
     }
     Ok(out)
-}
-
-/// Decodes and validates a legacy shard image (16-byte slots, homes by
-/// `(fp · cap) >> 64`): its capacity and its `(fp, loc)` entries.
-fn parse_legacy_image(image: &[u8]) -> Result<(usize, Vec<(u64, u64)>), IndexImageError> {
-    if image.len() < LEGACY_HEADER {
-        return Err(IndexImageError::BadLength {
-            expected: Some(LEGACY_HEADER as u64),
-            actual: image.len(),
-        });
-    }
-    let (cap64, count) = (word(image, 0), word(image, 8));
-    let expected = cap64
-        .checked_mul(PAIR_BYTES as u64)
-        .and_then(|b| b.checked_add(LEGACY_HEADER as u64));
-    if expected != Some(image.len() as u64) {
-        return Err(IndexImageError::BadLength {
-            expected,
-            actual: image.len(),
-        });
-    }
-    let cap = (image.len() - LEGACY_HEADER) / PAIR_BYTES;
-    let slot = |pos: usize| {
-        let at = LEGACY_HEADER + pos * PAIR_BYTES;
-        (word(image, at), word(image, at + 8))
-    };
-    let entries: Vec<(u64, u64)> = (0..cap).map(slot).filter(|e| e.0 != 0).collect();
-    if entries.len() as u64 != count {
-        return Err(IndexImageError::BadCount {
-            header: count,
-            actual: entries.len() as u64,
-        });
-    }
-    if cap64 <= count && !(cap64 == 0 && count == 0) {
-        return Err(IndexImageError::Full { capacity: cap64 });
-    }
-    check_legacy_order(cap, slot)?;
-    Ok((cap, entries))
-}
-
-/// The legacy layout's probe order (as [`check_table`], with displacements
-/// computed from the stored fingerprints).
-fn check_legacy_order(
-    cap: usize,
-    slot: impl Fn(usize) -> (u64, u64),
-) -> Result<(), IndexImageError> {
-    let disp = |fp: u64, pos: usize| {
-        let h = ((fp as u128 * cap as u128) >> 64) as usize;
-        (pos + cap - h) % cap
-    };
-    for pos in 0..cap {
-        let fp = slot(pos).0;
-        let d = if fp == 0 { 0 } else { disp(fp, pos) };
-        if d == 0 {
-            continue;
-        }
-        let prev = if pos == 0 { cap - 1 } else { pos - 1 };
-        let pfp = slot(prev).0;
-        let ok = pfp != 0 && {
-            let pd = disp(pfp, prev);
-            d < pd + 1 || (d == pd + 1 && pfp < fp)
-        };
-        if !ok {
-            return Err(IndexImageError::Disordered { slot: pos as u64 });
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -601,97 +509,6 @@ mod tests {
             })
         ));
         assert!(other.shard_image(2).is_empty());
-    }
-
-    /// A legacy image (16-byte slots): capacity, count, then `[fp, loc]` slots.
-    fn legacy(cap: u64, count: u64, slots: &[(u64, u64)]) -> Vec<u8> {
-        let mut v = Vec::new();
-        v.extend_from_slice(&cap.to_le_bytes());
-        v.extend_from_slice(&count.to_le_bytes());
-        for (a, b) in slots {
-            v.extend_from_slice(&a.to_le_bytes());
-            v.extend_from_slice(&b.to_le_bytes());
-        }
-        v
-    }
-
-    #[test]
-    fn legacy_images_convert_or_are_rejected() {
-        let ix = Index::with_shards(2, 0);
-        ix.insert(mk(0, 99), 5);
-        let before = ix.shard_image(0);
-        let bad = |img: &[u8]| {
-            let e = ix.load_legacy_shard_image(0, img).expect_err("must reject");
-            assert!(!e.to_string().is_empty());
-            assert_eq!(ix.shard_image(0), before, "shard unchanged on error");
-            e
-        };
-        assert!(matches!(bad(&[1, 2, 3]), IndexImageError::BadLength { .. }));
-        assert!(matches!(
-            bad(&legacy(4, 0, &[(0, 0); 3])),
-            IndexImageError::BadLength { .. }
-        ));
-        assert!(matches!(
-            bad(&legacy(u64::MAX, 0, &[])),
-            IndexImageError::BadLength { expected: None, .. }
-        ));
-        let one = u64::MAX / 4 + 1;
-        assert!(matches!(
-            bad(&legacy(4, 2, &[(0, 0), (one, 9), (0, 0), (0, 0)])),
-            IndexImageError::BadCount {
-                header: 2,
-                actual: 1
-            }
-        ));
-        assert!(matches!(
-            bad(&legacy(1, 1, &[(5, 5)])),
-            IndexImageError::Full { .. }
-        ));
-        // separated from its home, duplicated, same home out of order
-        for slots in [
-            [(0, 0), (1, 1), (0, 0), (0, 0)],
-            [(1, 1), (1, 2), (0, 0), (0, 0)],
-            [(3, 1), (2, 2), (0, 0), (0, 0)],
-        ] {
-            assert!(matches!(
-                bad(&legacy(4, 1 + (slots[0].0 != 0) as u64, &slots)),
-                IndexImageError::Disordered { slot: 1 }
-            ));
-        }
-        // A valid wrapped cluster converts: home 3 entries wrapping to slot 0.
-        let h3 = u64::MAX - 10;
-        let ok = legacy(4, 2, &[(h3 + 1, 2), (0, 0), (0, 0), (h3, 1)]);
-        ix.load_legacy_shard_image(1, &ok)
-            .expect("wrapped cluster is valid");
-        assert_eq!(ix.get(mk(u64::MAX, h3)), Some(1));
-        assert_eq!(ix.get(mk(u64::MAX, h3 + 1)), Some(2));
-        assert_eq!(ix.get(mk(u64::MAX, h3 + 2)), None);
-        check_invariants(&ix);
-    }
-
-    /// Legacy images of many entries, laid out as the 16-byte-slot tables did
-    /// (ordered linear probing, home `(fp · cap) >> 64`), convert exactly.
-    #[test]
-    fn legacy_image_of_many_entries_converts() {
-        let cap = 1000usize;
-        // Homes in the first half: no cluster wraps (the test above has one).
-        let mut fps: Vec<u64> = (0..900u64).map(|i| splitmix(i) >> 1 | 1).collect();
-        fps.sort_unstable();
-        let mut slots = vec![(0u64, 0u64); cap];
-        let mut w = 0;
-        for &fp in &fps {
-            let p = (((fp as u128 * cap as u128) >> 64) as usize).max(w);
-            slots[p] = (fp, fp >> 3);
-            w = p + 1;
-        }
-        let ix = Index::with_shards(1, 0);
-        ix.load_legacy_shard_image(0, &legacy(cap as u64, 900, &slots))
-            .expect("valid legacy image");
-        check_invariants(&ix);
-        assert_eq!(ix.len(), 900);
-        for &fp in &fps {
-            assert_eq!(ix.get(mk(0, fp)), Some(fp >> 3));
-        }
     }
 
     proptest! {
