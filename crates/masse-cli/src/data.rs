@@ -6,6 +6,7 @@
 //! each batch of records is one `Db::write`, so after an interruption the pool
 //! holds exactly the first N records of the stream, N printed, and `--skip N`
 //! resumes (reloading a record is harmless too: it rewrites the same value).
+//! `masse migrate` (`crate::migrate`) writes through the same batches ([`Batcher`]).
 
 use crate::cmds::{decode_hex, with_db};
 use crate::dumpfmt::{DumpError, DumpReader, DumpWriter, Item};
@@ -144,8 +145,8 @@ pub struct DumpArgs {
 }
 
 /// A progress bar on stderr (hidden when stderr is not a terminal): records
-/// against an estimate for `dump`, input bytes for `load`.
-fn bar(total: u64, what: &str, unit: &str) -> ProgressBar {
+/// against an estimate for `dump`, input bytes for `load`, records for `migrate`.
+pub(crate) fn bar(total: u64, what: &str, unit: &str) -> ProgressBar {
     let pb = if std::io::stderr().is_terminal() {
         ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(5))
     } else {
@@ -275,6 +276,77 @@ pub fn load(a: &LoadArgs) -> CliResult<i32> {
     Ok(0)
 }
 
+/// Writes records to a pool in atomic batches: at most `max_records` records and
+/// about half the engine's largest group (the batch also pays per-record headers),
+/// each batch one `Db::write`. Without a pool it only counts. `load` and `migrate`
+/// both write through it, so their batches are the same.
+pub(crate) struct Batcher<'a> {
+    db: Option<&'a Db>,
+    max_records: u64,
+    max_bytes: usize,
+    batch: WriteBatch,
+    batch_bytes: usize,
+    /// Records in committed batches (all of them in the pool).
+    pub committed: u64,
+    /// Key and value bytes of the records added so far.
+    pub bytes: u64,
+}
+
+/// Why [`Batcher`] stopped; nothing of the failed batch is in the pool.
+pub(crate) enum BatchError {
+    /// The record cannot be stored (key or value length).
+    Record(masse::Error),
+    /// The pool refused or failed the batch's write.
+    Write(masse::Error),
+}
+
+impl<'a> Batcher<'a> {
+    pub fn new(db: Option<&'a Db>, max_records: u64) -> Batcher<'a> {
+        Batcher {
+            db,
+            max_records,
+            max_bytes: db.map_or(usize::MAX, |d| d.max_batch_bytes() / 2),
+            batch: WriteBatch::new(),
+            batch_bytes: 0,
+            committed: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Add a record; writes the batch when it is full. Returns whether a batch was
+    /// written.
+    pub fn add(&mut self, k: &[u8], v: &[u8]) -> Result<bool, BatchError> {
+        self.batch.put(k, v).map_err(BatchError::Record)?;
+        self.bytes += (k.len() + v.len()) as u64;
+        self.batch_bytes += k.len() + v.len() + 32;
+        if self.batch.len() as u64 >= self.max_records || self.batch_bytes >= self.max_bytes {
+            self.commit()?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Write what is left. Returns whether there was anything.
+    pub fn finish(&mut self) -> Result<bool, BatchError> {
+        if self.batch.is_empty() {
+            return Ok(false);
+        }
+        self.commit()?;
+        Ok(true)
+    }
+
+    fn commit(&mut self) -> Result<(), BatchError> {
+        let batch = std::mem::take(&mut self.batch);
+        let n = batch.len() as u64;
+        self.batch_bytes = 0;
+        if let Some(db) = self.db {
+            db.write(batch).map_err(BatchError::Write)?;
+        }
+        self.committed += n;
+        Ok(())
+    }
+}
+
 /// Read every record, writing those after `--skip` in batches; on failure the
 /// error says how many records are in the pool and how to resume.
 fn load_into<R: Read>(
@@ -283,12 +355,9 @@ fn load_into<R: Read>(
     a: &LoadArgs,
     input_len: u64,
 ) -> CliResult<(u64, u64)> {
-    // Half the engine's largest group: the batch also pays per-record headers.
-    let max = db.map_or(usize::MAX, |d| d.max_batch_bytes() / 2);
     let what = if a.check_only { "verify" } else { "load" };
     let pb = bar(input_len, what, "{bytes}/{total_bytes}");
-    let (mut batch, mut batch_bytes) = (WriteBatch::new(), 0usize);
-    let (mut committed, mut bytes) = (a.skip, 0u64);
+    let mut out = Batcher::new(db, a.batch);
     let fail = |committed: u64, what: String| {
         let resume = match db {
             Some(_) => format!("; the pool holds the stream's first {committed} records: resume with --skip {committed}"),
@@ -297,30 +366,27 @@ fn load_into<R: Read>(
         CliError::new(format!("{what}{resume}"))
     };
     loop {
-        let item = rd
-            .next_item()
-            .map_err(|e: DumpError| fail(committed, format!("reading the dump: {e}")))?;
+        let item = rd.next_item().map_err(|e: DumpError| {
+            fail(a.skip + out.committed, format!("reading the dump: {e}"))
+        })?;
         let end = matches!(item, Item::End);
-        if let Item::Record(k, v) = item {
-            if rd.records <= a.skip {
-                continue;
+        let wrote = match item {
+            Item::Record(k, v) => {
+                if rd.records <= a.skip {
+                    continue;
+                }
+                out.add(&k, &v)
             }
-            bytes += (k.len() + v.len()) as u64;
-            batch_bytes += k.len() + v.len() + 32;
-            batch
-                .put(&k, &v)
-                .map_err(|e| fail(committed, format!("record {}: {e}", rd.records - 1)))?;
-        }
-        let full = batch.len() as u64 >= a.batch || batch_bytes >= max;
-        if (full || end) && !batch.is_empty() {
-            let n = batch.len() as u64;
-            if let Some(db) = db {
-                db.write(std::mem::take(&mut batch))
-                    .map_err(|e| fail(committed, format!("writing to the pool: {e}")))?;
-            }
-            batch = WriteBatch::new();
-            batch_bytes = 0;
-            committed += n;
+            Item::End => out.finish(),
+        };
+        let wrote = wrote.map_err(|e| {
+            let what = match e {
+                BatchError::Record(e) => format!("record {}: {e}", rd.records - 1),
+                BatchError::Write(e) => format!("writing to the pool: {e}"),
+            };
+            fail(a.skip + out.committed, what)
+        })?;
+        if wrote {
             pb.set_position(rd.offset);
         }
         if end {
@@ -331,7 +397,7 @@ fn load_into<R: Read>(
                     a.skip, rd.records
                 )));
             }
-            return Ok((committed - a.skip, bytes));
+            return Ok((out.committed, out.bytes));
         }
     }
 }

@@ -13,6 +13,7 @@ mod machine;
 mod media_bench;
 mod metrics;
 mod metrics_engine;
+mod migrate;
 mod mount;
 mod place;
 mod pool;
@@ -202,6 +203,35 @@ enum Cmd {
     #[command(mut_arg("capacity", |a| a.required_unless_present("check_only")))]
     Load(data::LoadArgs),
 
+    /// Copy every record of a pool into a new one: a newer format, a keyed digest,
+    /// another geometry
+    ///
+    /// What `masse dump` of the old pool piped into `masse load` on a new one does, in
+    /// one process: every record (key-value keys, files and volumes) is copied, in
+    /// atomic batches, into a pool you made beforehand with `masse create`. Use it to
+    /// give a pool of an older format version this build's format (a format-1 pool
+    /// gets the keyed digest of format 2), or to move a pool to other devices or
+    /// another mode, segment or band size.
+    ///
+    /// Steps: stop whatever has the old pool open; create the new pool on other
+    /// devices (`masse create --fast NEWFAST --capacity NEWCAP --capacity-size SIZE`);
+    /// run `masse migrate --from fast=OLDFAST,capacity=OLDCAP --to
+    /// fast=NEWFAST,capacity=NEWCAP`; then use the new pool. The source is left as it
+    /// was: nothing is written to it but what opening and closing any pool writes,
+    /// and its background GC is off.
+    ///
+    /// The destination must be empty unless --force. Refused before anything is
+    /// written: the same pool as both source and destination (a shared device or the
+    /// same pool id), a destination with keys, a pool that cannot be opened (missing,
+    /// in use by another process, not a masse pool, a newer format). After the copy
+    /// the destination is closed, reopened and checked as `masse check` does, and
+    /// its key count compared with the keys copied; the summary (records, bytes,
+    /// time, MB/s, source and destination format version, check) goes to stderr, or
+    /// to stdout as JSON with --json. Exit code 3 if the check finds problems or the
+    /// counts differ, 2 on errors. After an interruption the destination holds whole
+    /// batches: the same command with --force completes it.
+    Migrate(migrate::MigrateArgs),
+
     /// List, create or delete the pool's NBD volumes
     Volume(data::VolumeArgs),
 
@@ -249,6 +279,7 @@ fn run(cli: Cli) -> CliResult<i32> {
         Cmd::Man(a) => gen::man(a, Cli::command()),
         Cmd::Dump(a) => data::dump(a),
         Cmd::Load(a) => data::load(a),
+        Cmd::Migrate(a) => migrate::run(a),
         Cmd::Volume(a) => data::volume(a),
     }
 }
