@@ -85,13 +85,21 @@ impl Layout {
         )
     }
 
-    /// Device offset where the payload of `slot`'s band ends: a record at
-    /// `slot` (even one spanning several slots) lies before it, so a read
-    /// sized by a location's length bound ([`crate::format::Loc::len8`]) is
-    /// cut here rather than run off the band.
-    pub fn band_payload_end(&self, slot: u64) -> u64 {
-        let (_, base) = self.slot_addr(slot);
-        base + (self.slots_per_band - self.slot_in_band(slot)) * self.seg
+    /// [`Layout::slot_addr`] plus the device offset where the payload of
+    /// `slot`'s band ends: a record at `slot` (even one spanning several
+    /// slots) lies before it, so a read sized by a location's length bound
+    /// ([`crate::format::Loc::len8`]) is cut there rather than run off the
+    /// band. One division, as `slot_addr` (this is on every get's path).
+    pub fn slot_span(&self, slot: u64) -> (usize, u64, u64) {
+        let band = slot / self.slots_per_band;
+        let sib = slot - band * self.slots_per_band;
+        let (dev, base) = self.band_addr(band as u32);
+        let payload = base + self.geo.band_header_size as u64;
+        (
+            dev,
+            payload + sib * self.seg,
+            payload + self.slots_per_band * self.seg,
+        )
     }
 
     /// Bytes of band payload (slots only).
@@ -298,6 +306,13 @@ mod tests {
         assert_eq!(l.band_addr(3), (1, 1 << 20));
         assert_eq!(l.slot_addr(16), (0, (2 << 20) + 4096 + 65536));
         assert_eq!(l.band_of_slot(16), 1);
+        // slot_span: the same address, and the end of the band's payload.
+        for slot in 0..75 {
+            let (dev, at) = l.slot_addr(slot);
+            let (bdev, band) = l.band_addr(l.band_of_slot(slot));
+            assert_eq!(l.slot_span(slot), (dev, at, band + 4096 + 15 * 65536));
+            assert_eq!(bdev, dev);
+        }
         // The public address math is the same.
         let geo = &l.geo;
         assert_eq!(geo.bands(), 5);

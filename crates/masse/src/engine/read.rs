@@ -149,9 +149,8 @@ impl Engine {
     /// the end of the band so a bound above the exact length never reads past
     /// the device).
     pub(crate) fn record_span(&self, loc: Loc) -> (usize, u64, usize) {
-        let (dev, base) = self.layout.slot_addr(loc.slot());
+        let (dev, base, limit) = self.layout.slot_span(loc.slot());
         let abs = base + loc.offset() as u64;
-        let limit = self.layout.band_payload_end(loc.slot());
         let len = (loc.len8() as u64).min(limit.saturating_sub(abs));
         (dev, abs, len as usize)
     }
