@@ -27,8 +27,8 @@ struct Cand {
     buf: Vec<u8>,
     /// A device read still to do.
     dev: Option<DevRead>,
-    /// The record's header left nothing of the range (or was unreadable):
-    /// answered by a whole read instead.
+    /// The record's header left nothing of the range, or disagreed with the
+    /// index: answered by a whole, checksummed read instead.
     cut: bool,
 }
 
@@ -46,6 +46,20 @@ struct DevRead {
     hdr: Option<(u64, AlignedBuf, usize)>,
     /// The part's first byte in the value.
     first: usize,
+    /// The key's length, which the header must repeat.
+    key_len: usize,
+}
+
+/// The value's length from a record header nobody has checksummed yet, if it
+/// agrees with the index: the key's length, and a total length within the
+/// location's bounds. A header that disagrees (damage, or stale bytes) is not
+/// believed: the part is then read whole, through the record's checksum, so
+/// bad header bytes can neither cut a part short nor lengthen it.
+fn value_len(hdr: &[u8], key_len: usize, loc: Loc) -> Option<usize> {
+    let h = peek_record(hdr)?;
+    let total = RECORD_HEADER + h.key_len as usize + h.val_len as usize;
+    let fits = total >= loc.len_min() as usize && total <= loc.len8() as usize;
+    (h.key_len as usize == key_len && fits).then_some(h.val_len as usize)
 }
 
 impl Db {
@@ -138,8 +152,11 @@ impl Db {
         // past `sure` is cut at the value's end read from the record's header,
         // so neither padding nor a neighbouring record's bytes are handed out.
         let sure = (loc.len_min() as usize).saturating_sub(vstart);
-        let bound = (loc.len8() as usize).saturating_sub(vstart);
-        let (a, b) = (range.start, range.end.min(bound));
+        let bound = match loc.exact_len() {
+            Some(n) => n as usize,
+            None => loc.len8() as usize,
+        };
+        let (a, b) = (range.start, range.end.min(bound.saturating_sub(vstart)));
         if a >= b {
             return Located::Slow;
         }
@@ -148,10 +165,7 @@ impl Db {
         if let Some(seg) = e.segments.get(loc.slot()) {
             let d = seg.data.read();
             let vend = match need_hdr {
-                true => d
-                    .get(rec..)
-                    .and_then(peek_record)
-                    .map(|h| h.val_len as usize),
+                true => d.get(rec..).and_then(|h| value_len(h, key.len(), loc)),
                 false => Some(b),
             };
             let b = b.min(vend.unwrap_or(0));
@@ -192,6 +206,7 @@ impl Db {
                 len: b - a,
                 hdr,
                 first: a,
+                key_len: key.len(),
             }),
             cut: false,
         })
@@ -224,10 +239,8 @@ impl Db {
         for c in cands.iter_mut() {
             if let Some(d) = c.dev.take() {
                 let len = match &d.hdr {
-                    // Unchecked header bytes only shorten the part; the
-                    // caller's check still vouches for what it gets.
-                    Some((_, h, skip)) => peek_record(&h[*skip..])
-                        .map_or(0, |r| (r.val_len as usize).saturating_sub(d.first))
+                    Some((_, h, skip)) => value_len(&h[*skip..], d.key_len, Loc(c.loc))
+                        .map_or(0, |v| v.saturating_sub(d.first))
                         .min(d.len),
                     None => d.len,
                 };

@@ -121,3 +121,53 @@ fn a_refused_part_of_a_damaged_record_is_corruption_never_data() {
     assert_eq!(got[0].as_deref(), Some(&v[..100]));
     db.close().expect("close");
 }
+
+/// A part that may run past the value's end is cut at the length in the
+/// record's header, which nobody has checksummed: a damaged length that
+/// disagrees with the index is not believed (the part is read whole, through
+/// the record's checksum), so it can neither cut the part short silently nor
+/// hand out other bytes.
+#[test]
+fn a_damaged_length_in_the_header_never_cuts_a_part() {
+    let p = MemPool::tiered(48 << 20, 32 << 20).with_geometry(256 << 10, 4 << 20);
+    let db = Db::create(&p.config(), opts()).expect("create");
+    for i in 0..8 {
+        db.put(&key(i), &value(i, 0, BIG)).expect("put");
+    }
+    db.close().expect("close");
+    // Key 3's header: its value length (the header's last field, just before
+    // the key) loses 1 KiB, as a damaged header would claim.
+    let k = key(3);
+    let v = value(3, 0, BIG);
+    let val_at = find_bytes(&p.caps[0], &v[..64]).expect("record on the device");
+    let len_at = val_at - k.len() as u64 - 4;
+    let base = len_at & !4095;
+    let mut b = AlignedBuf::new(8192);
+    p.caps[0].read_at(&mut b, base).expect("read");
+    let o = (len_at - base) as usize;
+    let stored = u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+    assert_eq!(stored as usize, BIG, "found the value length field");
+    b[o..o + 4].copy_from_slice(&(stored - 1024).to_le_bytes());
+    p.caps[0].write_at(&b, base).expect("write");
+
+    let db = Db::open(&p.config(), opts()).expect("open");
+    // The last 2,000 bytes of the value, straddling the damaged length:
+    // accepting any bytes, the caller would take a part 1 KiB short if the
+    // header were believed.
+    let r = BIG - 2000..BIG;
+    match db.get_parts(&[(&k[..], r)], |_, _| true) {
+        Err(Error::Corruption(m)) => assert!(m.contains("checksum"), "{m}"),
+        Ok(got) => panic!(
+            "a damaged header cut the part: {:?} bytes",
+            got[0].as_ref().map(|p| p.len())
+        ),
+        Err(e) => panic!("unexpected error {e}"),
+    }
+    // An intact neighbour's last bytes come back whole, through its header.
+    let w = value(4, 0, BIG);
+    let got = db
+        .get_parts(&[(&key(4)[..], BIG - 100..BIG + 50)], |_, _| true)
+        .expect("part");
+    assert_eq!(got[0].as_deref(), Some(&w[BIG - 100..]));
+    db.close().expect("close");
+}

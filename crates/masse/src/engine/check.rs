@@ -266,7 +266,11 @@ pub(crate) fn trace_key(e: &Engine, key: &[u8]) -> Result<Vec<String>> {
                 if dram.iter().any(|b| b.slot == slot) {
                     return Ok(()); // shown from DRAM below
                 }
-                for se in s.entries.iter().filter(|se| se.digest == d) {
+                for se in s
+                    .entries
+                    .iter()
+                    .filter(|se| canonical(se.digest) == canonical(d))
+                {
                     show(
                         band,
                         state,
@@ -285,7 +289,10 @@ pub(crate) fn trace_key(e: &Engine, key: &[u8]) -> Result<Vec<String>> {
     for b in dram {
         let data = b.data.read();
         let (entries, _) = parse_records(&data, b.seq, &dig);
-        for se in entries.iter().filter(|se| se.digest == d) {
+        for se in entries
+            .iter()
+            .filter(|se| canonical(se.digest) == canonical(d))
+        {
             show(b.band, BandState::Open, 0, b.slot, b.seq, ", in DRAM", se);
         }
     }

@@ -11,7 +11,7 @@ const CKPT_MAGIC: &[u8; 8] = b"MASSECKP";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointHeader {
     /// Layout version of the header and payload ([`CHECKPOINT_VERSION`] when
-    /// written by this build; ≤ 2: legacy index images).
+    /// written by this build; the engine loads no other version, it scans).
     pub version: u32,
     /// Increments with every checkpoint; the newest valid slot wins.
     pub ckpt_seq: u64,

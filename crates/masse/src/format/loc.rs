@@ -95,6 +95,12 @@ impl Loc {
     pub fn len8(self) -> u32 {
         len_of_code((self.0 >> 1) & 0xFFF).next_multiple_of(8)
     }
+    /// The record's exact length, when the location holds it (below 2048
+    /// bytes).
+    pub fn exact_len(self) -> Option<u32> {
+        let c = (self.0 >> 1) & 0xFFF;
+        (c & CODED == 0).then_some(c as u32)
+    }
     /// A length the record is known to reach: exact below 2048 bytes, above
     /// that the smallest length with this code (the record may be up to
     /// 1/128 longer).
@@ -162,6 +168,7 @@ mod tests {
             }
             assert_eq!(hint, Loc::len8_of(len as usize));
             assert!(l.len_min() <= len && (len < EXACT_LEN) <= (l.len_min() == len));
+            assert_eq!(l.exact_len(), (len < EXACT_LEN).then_some(len));
             assert_eq!((l.slot(), l.offset()), (3, 64));
         }
     }

@@ -12,10 +12,10 @@ pub const FORMAT_VERSION: u32 = 2;
 /// [`FORMAT_VERSION`] because a checkpoint is a cache of the log, not part of
 /// it: a build that cannot read one scans instead. Version 4 (this build)
 /// packs locations as `slot:29 | offset:19 | lenc:12 | tombstone:1`
-/// ([`crate::format::Loc`]); version 3 stored index shard images of packed
-/// quotient slots with the older `offset/8:16 | len8:18` locations, and
-/// versions ≤ 2 images of 16-byte slots. This build converts both at load.
-/// Older builds refuse a newer version and fall back to a full scan.
+/// ([`crate::format::Loc`]). Versions 3 (the same packed images with
+/// `offset/8 | len8` locations) and ≤ 2 (16-byte slots) are skipped: their
+/// lengths are rounded to 8, so the first open after an upgrade scans the log
+/// once. Older builds ignore a newer version and scan as well.
 pub const CHECKPOINT_VERSION: u32 = 4;
 
 /// Longest key accepted.
