@@ -316,14 +316,22 @@ impl<'a> Batcher<'a> {
     /// Add a record; writes the batch when it is full. Returns whether a batch was
     /// written.
     pub fn add(&mut self, k: &[u8], v: &[u8]) -> Result<bool, BatchError> {
+        let rec = k.len() + v.len() + 32;
+        // A big record after a nearly full batch would make one the pool
+        // refuses (TooLarge) though each record fits: write the batch first.
+        let mut wrote = false;
+        if !self.batch.is_empty() && self.batch_bytes + rec > self.max_bytes {
+            self.commit()?;
+            wrote = true;
+        }
         self.batch.put(k, v).map_err(BatchError::Record)?;
         self.bytes += (k.len() + v.len()) as u64;
-        self.batch_bytes += k.len() + v.len() + 32;
+        self.batch_bytes += rec;
         if self.batch.len() as u64 >= self.max_records || self.batch_bytes >= self.max_bytes {
             self.commit()?;
-            return Ok(true);
+            wrote = true;
         }
-        Ok(false)
+        Ok(wrote)
     }
 
     /// Write what is left. Returns whether there was anything.

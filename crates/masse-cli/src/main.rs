@@ -220,7 +220,7 @@ enum Cmd {
     /// was: nothing is written to it but what opening and closing any pool writes,
     /// and its background GC is off.
     ///
-    /// The destination must be empty unless --force. Refused before anything is
+    /// The destination must be empty unless --force. Refused before any record is
     /// written: the same pool as both source and destination (a shared device or the
     /// same pool id), a destination with keys, a pool that cannot be opened (missing,
     /// in use by another process, not a masse pool, a newer format). After the copy

@@ -139,8 +139,8 @@ impl std::fmt::Display for Side {
     }
 }
 
-/// Why a migrate was refused or stopped. Every refusal happens before anything is
-/// written to the destination; the source is never written.
+/// Why a migrate was refused or stopped. Every refusal happens before any record is
+/// written to the destination; no record is ever written to the source.
 #[derive(Debug)]
 pub enum MigrateError {
     /// --from and --to name the same pool: a device in common, or the same pool id
@@ -152,11 +152,11 @@ pub enum MigrateError {
     /// not form one pool.
     Open { side: Side, msg: String },
     /// Copying stopped; the destination holds the first `committed` records copied.
-    /// `full`: it stopped because the destination is full.
+    /// `why`: what the user can do about it.
     Copy {
         committed: u64,
         msg: String,
-        full: bool,
+        why: Stopped,
     },
     /// Closing a pool failed.
     Close { side: Side, msg: String },
@@ -183,30 +183,54 @@ impl std::fmt::Display for MigrateError {
             MigrateError::Copy {
                 committed,
                 msg,
-                full,
+                why,
             } => {
                 write!(
                     f,
                     "copying stopped: {msg}; the destination holds the first {committed} \
                      records copied (each batch is atomic), the source is unchanged. "
                 )?;
-                if *full {
-                    write!(
-                        f,
-                        "The destination is too small for the source's records: create it \
-                         again larger (masse create --force) and run migrate again"
-                    )
-                } else {
-                    write!(
-                        f,
-                        "Run the same migrate with --force to complete it (records already \
-                         copied are written again with the same values), or recreate the \
-                         destination"
-                    )
-                }
+                f.write_str(why.advice())
             }
             MigrateError::Close { side, msg } => write!(f, "closing {side}: {msg}"),
             MigrateError::Verify(msg) => write!(f, "verifying the destination: {msg}"),
+        }
+    }
+}
+
+/// Why a copy stopped, for the advice that follows the error.
+#[derive(Debug)]
+pub enum Stopped {
+    /// The destination ran out of space.
+    Full,
+    /// A record or batch is larger than the destination's geometry allows.
+    TooLarge,
+    /// A record of the source could not be read (damage): a rerun stops there too.
+    SourceDamaged,
+    /// Anything else (an I/O error, say): a rerun may get past it.
+    Other,
+}
+
+impl Stopped {
+    fn advice(&self) -> &'static str {
+        match self {
+            Stopped::Full => {
+                "The destination is too small for the source's records: create it again \
+                 larger (masse create --force) and run migrate again"
+            }
+            Stopped::TooLarge => {
+                "A record or batch is larger than the destination's geometry takes (its \
+                 bands or its fast tier): create it with larger bands or a larger fast \
+                 tier, or run migrate again with a smaller --batch"
+            }
+            Stopped::SourceDamaged => {
+                "The source holds a damaged record: see `masse check` on the source (a \
+                 rerun would stop at the same record)"
+            }
+            Stopped::Other => {
+                "Run the same migrate with --force to complete it (records already copied \
+                 are written again with the same values), or recreate the destination"
+            }
         }
     }
 }
@@ -374,10 +398,10 @@ fn copy(src: &Db, to: &PoolArgs, a: &MigrateArgs) -> Result<Copied, MigrateError
     let pb = bar(source_keys, "migrate", "{human_pos}/{human_len} records");
     let mut out = Batcher::new(Some(&dst), a.batch);
     let mut overlap = 0u64;
-    let stop = |committed: u64, msg: String| MigrateError::Copy {
+    let stop = |committed: u64, msg: String, why: Stopped| MigrateError::Copy {
         committed,
         msg,
-        full: false,
+        why,
     };
     // The source is read on a thread of its own while the batches are written, as
     // `dump | load` read and write in two processes at once. Records go over in
@@ -386,8 +410,13 @@ fn copy(src: &Db, to: &PoolArgs, a: &MigrateArgs) -> Result<Copied, MigrateError
         let (tx, rx) = std::sync::mpsc::sync_channel::<masse::Result<Chunk>>(4);
         scope.spawn(move || read_source(src, &tx));
         for chunk in rx {
-            let chunk =
-                chunk.map_err(|e| stop(out.committed, format!("reading the source pool: {e}")))?;
+            let chunk = chunk.map_err(|e| {
+                let why = match e {
+                    masse::Error::Corruption(_) => Stopped::SourceDamaged,
+                    _ => Stopped::Other,
+                };
+                stop(out.committed, format!("reading the source pool: {e}"), why)
+            })?;
             for (k, v) in chunk {
                 // Source keys are distinct, so before the copy writes a key this
                 // says whether the destination held it already.
@@ -401,8 +430,10 @@ fn copy(src: &Db, to: &PoolArgs, a: &MigrateArgs) -> Result<Copied, MigrateError
         }
         out.finish()
             .map_err(|e| batch_stop(e, None, out.committed))?;
-        dst.flush()
-            .map_err(|e| stop(out.committed, format!("flushing the destination pool: {e}")))
+        dst.flush().map_err(|e| {
+            let msg = format!("flushing the destination pool: {e}");
+            stop(out.committed, msg, Stopped::Other)
+        })
     });
     pb.finish_and_clear();
     let (records, bytes) = (out.committed, out.bytes);
@@ -457,10 +488,11 @@ fn read_source(src: &Db, tx: &std::sync::mpsc::SyncSender<masse::Result<Chunk>>)
 }
 
 fn batch_stop(e: BatchError, key: Option<&[u8]>, committed: u64) -> MigrateError {
-    let full = matches!(
-        e,
-        BatchError::Write(masse::Error::NoSpace(_) | masse::Error::TooLarge { .. })
-    );
+    let why = match e {
+        BatchError::Write(masse::Error::NoSpace(_)) => Stopped::Full,
+        BatchError::Write(masse::Error::TooLarge { .. }) => Stopped::TooLarge,
+        _ => Stopped::Other,
+    };
     let msg = match e {
         BatchError::Record(e) => {
             let k = key.unwrap_or_default();
@@ -472,7 +504,7 @@ fn batch_stop(e: BatchError, key: Option<&[u8]>, committed: u64) -> MigrateError
     MigrateError::Copy {
         committed,
         msg,
-        full,
+        why,
     }
 }
 
