@@ -16,29 +16,8 @@ use std::sync::Arc;
 
 const MASSE: &str = env!("CARGO_BIN_EXE_masse");
 
-struct Dirs {
-    shm: tempfile::TempDir,
-    tmp: tempfile::TempDir,
-}
-
-fn dirs() -> Dirs {
-    let shm = Path::new("/dev/shm");
-    let base = if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    };
-    Dirs {
-        shm: tempfile::Builder::new()
-            .prefix("masse-dump-")
-            .tempdir_in(base)
-            .unwrap(),
-        tmp: tempfile::Builder::new()
-            .prefix("masse-dump-")
-            .tempdir()
-            .unwrap(),
-    }
-}
+mod pooldirs;
+use pooldirs::{dirs, Dirs};
 
 fn source_cfg(d: &Dirs, cap: u64) -> PoolConfig {
     let mut c = PoolConfig::tiered(
@@ -176,7 +155,7 @@ fn check_layers(cfg: &PoolConfig, file: &[u8], block: &[u8]) {
 }
 
 fn round_trip(keys: u64) {
-    let d = dirs();
+    let d = dirs("masse-dump-");
     let cap = (keys * 200).max(256 << 20);
     let src = source_cfg(&d, cap);
     let (file, block) = populate(&src, keys);
@@ -214,7 +193,7 @@ fn dump_then_load_a_million_keys() {
 
 #[test]
 fn a_damaged_stream_stops_the_load_where_it_is_damaged_and_skip_resumes() {
-    let d = dirs();
+    let d = dirs("masse-dump-");
     let src = source_cfg(&d, 256 << 20);
     populate(&src, 5_000);
     let want = records(&src);

@@ -26,35 +26,14 @@ use masse::vfile::{Vfs, VfsOptions, ROOT_INO};
 use masse::{vblock, Db, DeviceSpec, Options, PoolConfig};
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
 const MASSE: &str = env!("CARGO_BIN_EXE_masse");
 
-struct Dirs {
-    shm: tempfile::TempDir,
-    tmp: tempfile::TempDir,
-}
-
-fn dirs() -> Dirs {
-    let shm = Path::new("/dev/shm");
-    let base = if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    };
-    Dirs {
-        shm: tempfile::Builder::new()
-            .prefix("masse-migrate-")
-            .tempdir_in(base)
-            .unwrap(),
-        tmp: tempfile::Builder::new()
-            .prefix("masse-migrate-")
-            .tempdir()
-            .unwrap(),
-    }
-}
+mod pooldirs;
+use pooldirs::{dirs, Dirs};
 
 fn tiered(d: &Dirs, name: &str) -> PoolConfig {
     let mut c = PoolConfig::tiered(
@@ -293,7 +272,7 @@ fn a_version_1_pool_of_a_million_keys_migrates() {
 }
 
 fn v1_round_trip(keys: u64) {
-    let d = dirs();
+    let d = dirs("masse-migrate-");
     let mut src = tiered(&d, "old");
     let cap = (keys * 200).max(256 << 20);
     src.capacity[0] = DeviceSpec::file(d.tmp.path().join("old-cap"), cap);
@@ -346,7 +325,7 @@ fn v1_round_trip(keys: u64) {
 
 #[test]
 fn a_version_2_pool_migrates_with_a_text_summary() {
-    let d = dirs();
+    let d = dirs("masse-migrate-");
     let src = capacity_only(&d, "old");
     create(&src);
     populate(&src, 3_000);
@@ -370,7 +349,7 @@ fn a_version_2_pool_migrates_with_a_text_summary() {
 
 #[test]
 fn refusals_change_nothing_and_force_merges() {
-    let d = dirs();
+    let d = dirs("masse-migrate-");
     let src = tiered(&d, "old");
     create(&src);
     populate(&src, 2_000);
@@ -444,7 +423,7 @@ fn refusals_change_nothing_and_force_merges() {
 /// of the source's (whole batches).
 #[test]
 fn a_copy_that_stops_says_how_many_records_the_destination_holds() {
-    let d = dirs();
+    let d = dirs("masse-migrate-");
     let src = capacity_only(&d, "old");
     create(&src);
     {
