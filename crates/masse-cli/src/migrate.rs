@@ -379,6 +379,24 @@ struct Copied {
 
 /// Copy every record of `src` into the destination, which this opens, checks for
 /// emptiness, and closes again (also after a failure, so what was committed stays).
+/// Open the destination once to refuse it early: unopenable, or holding keys
+/// without `--force`. `copy` checks again (the pool may change meanwhile).
+fn preflight_destination(to: &PoolArgs, a: &MigrateArgs) -> Result<(), MigrateError> {
+    let dst = open(Side::Destination, to, Options::default())?;
+    let keys = dst.key_count();
+    let closed = dst.close();
+    if keys > 0 && !a.force {
+        return Err(MigrateError::NotEmpty {
+            keys,
+            flags: pool_flags(to.fast.as_deref(), &to.capacity),
+        });
+    }
+    closed.map_err(|e| MigrateError::Close {
+        side: Side::Destination,
+        msg: format!("{e} (before copying: nothing was written)"),
+    })
+}
+
 fn copy(src: &Db, to: &PoolArgs, a: &MigrateArgs) -> Result<Copied, MigrateError> {
     let source_keys = src.key_count();
     let opts = Options {
@@ -548,6 +566,9 @@ pub fn run(a: &MigrateArgs) -> CliResult<i32> {
     }
     let (mut src_facts, mut dst_facts) =
         (facts(&from, src_sb.as_ref()), facts(&to, dst_sb.as_ref()));
+    // The destination's refusals come before the source is opened: the first
+    // open of an older pool by this build may scan its whole log.
+    preflight_destination(&to, a)?;
 
     // The source is only read: no background GC moves its records meanwhile.
     let src_opts = Options {
