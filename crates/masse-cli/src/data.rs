@@ -293,6 +293,7 @@ pub(crate) struct Batcher<'a> {
 }
 
 /// Why [`Batcher`] stopped; nothing of the failed batch is in the pool.
+#[derive(Debug)]
 pub(crate) enum BatchError {
     /// The record cannot be stored (key or value length).
     Record(masse::Error),
@@ -508,5 +509,40 @@ fn print_volumes(vols: &[vblock::VolumeInfo], json: bool) {
             v.chunk_size,
             v.id
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use masse::{DeviceSpec, Options, PoolConfig};
+
+    /// A big record after a nearly full batch goes into a batch of its own:
+    /// the pool never gets a batch above its limit, which it would refuse
+    /// (`TooLarge`) although each record fits.
+    #[test]
+    fn a_big_record_after_a_nearly_full_batch_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = PoolConfig::capacity_only(DeviceSpec::file(dir.path().join("cap"), 64 << 20));
+        cfg.segment_size = Some(64 << 10);
+        cfg.band_size = Some(1 << 20);
+        cfg.io.force_buffered = true;
+        let db = Db::create(&cfg, Options::default()).unwrap();
+        let max = db.max_batch_bytes();
+        let mut b = Batcher::new(Some(&db), u64::MAX);
+        // Small records up to just under the batcher's own threshold...
+        let small = vec![1u8; 1000];
+        let mut i = 0u32;
+        while b.batch_bytes + 2 * 1040 < max / 2 {
+            b.add(&i.to_be_bytes(), &small).unwrap();
+            i += 1;
+        }
+        // ...then one record of most of the pool's limit.
+        let big = vec![2u8; max * 3 / 4];
+        b.add(b"big", &big).expect("each record fits on its own");
+        b.finish().unwrap();
+        assert_eq!(b.committed, i as u64 + 1);
+        assert_eq!(db.get(b"big").unwrap().map(|v| v.len()), Some(big.len()));
+        db.close().unwrap();
     }
 }
