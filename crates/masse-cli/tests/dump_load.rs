@@ -7,17 +7,15 @@
 //!
 //! The default run uses 20 000 keys; `cargo test --release -p masse-cli --test
 //! dump_load -- --ignored` runs the same round trip with 10^6 keys.
-use masse::vfile::{Vfs, VfsOptions, ROOT_INO};
 use masse::{vblock, Db, DeviceSpec, Options, PoolConfig};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
 const MASSE: &str = env!("CARGO_BIN_EXE_masse");
 
-mod pooldirs;
-use pooldirs::{dirs, Dirs};
+mod poolkit;
+use poolkit::{add_file_and_volume, check_file_and_volume, dirs, put_numbered, records, Dirs};
 
 fn source_cfg(d: &Dirs, cap: u64) -> PoolConfig {
     let mut c = PoolConfig::tiered(
@@ -38,56 +36,19 @@ fn target_cfg(d: &Dirs, name: &str, cap: u64) -> PoolConfig {
     c
 }
 
-fn value(i: u64) -> Vec<u8> {
-    let n = 8 + (i * 7919 % 57) as usize;
-    (0..n).map(|j| (i as usize * 31 + j) as u8).collect()
-}
-
 /// Key-value keys (odd ones included), files and a volume with data.
 fn populate(cfg: &PoolConfig, keys: u64) -> (Vec<u8>, Vec<u8>) {
     let db = Arc::new(Db::create(cfg, Options::default()).unwrap());
-    let mut b = masse::WriteBatch::new();
-    for i in 0..keys {
-        b.put(format!("k{i:08}").as_bytes(), &value(i)).unwrap();
-        if b.len() == 1000 {
-            db.write(std::mem::take(&mut b)).unwrap();
-        }
-    }
-    db.write(b).unwrap();
+    put_numbered(&db, keys);
     db.put(b"empty", b"").unwrap();
     db.put(b"\x00\xff\x01bin\n", &[0xff; 3]).unwrap();
     db.put(b"big", &vec![0x5a; 1 << 20]).unwrap();
     db.put(b"gone", b"x").unwrap();
     db.delete(b"gone").unwrap();
 
-    let file: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-    let vfs = Vfs::open(db.clone(), VfsOptions::default()).unwrap();
-    let d = vfs.mkdir(ROOT_INO, b"dir", 0o755, 0, 0).unwrap();
-    let f = vfs.create(d.ino, b"file", 0o644, 0, 0).unwrap();
-    vfs.open_file(f.ino).unwrap();
-    vfs.write(f.ino, 0, &file).unwrap();
-    vfs.release(f.ino).unwrap();
-    vfs.create(ROOT_INO, b"empty-file", 0o600, 0, 0).unwrap();
-    vfs.symlink(ROOT_INO, b"link", b"dir/file", 0, 0).unwrap();
-    vfs.close().unwrap();
-    drop(vfs);
-
-    vblock::create_volume(&db, "vol", vblock::VolumeSpec::new(8 << 20)).unwrap();
-    let vol = vblock::open_volume(db.clone(), "vol").unwrap();
-    let block: Vec<u8> = (0..12288u32).map(|i| (i * 13 % 256) as u8).collect();
-    vol.write(0, &block).unwrap();
-    vol.write(5 << 20, &block).unwrap();
-    vol.flush().unwrap();
-    drop(vol);
+    let (file, block) = add_file_and_volume(&db);
     Arc::try_unwrap(db).ok().unwrap().close().unwrap();
     (file, block)
-}
-
-fn records(cfg: &PoolConfig) -> HashMap<Vec<u8>, Vec<u8>> {
-    let db = Db::open(cfg, Options::default()).unwrap();
-    let m = db.iter().map(|r| r.unwrap()).collect();
-    db.close().unwrap();
-    m
 }
 
 fn pool_args(cfg: &PoolConfig) -> Vec<String> {
@@ -128,32 +89,6 @@ fn load(cfg: &PoolConfig, inp: &Path, extra: &[&str]) -> (bool, String) {
     masse(&a)
 }
 
-/// The files and the volume, read through their layers on the restored pool.
-fn check_layers(cfg: &PoolConfig, file: &[u8], block: &[u8]) {
-    let db = Arc::new(Db::open(cfg, Options::default()).unwrap());
-    let vfs = Vfs::open(db.clone(), VfsOptions::default()).unwrap();
-    let d = vfs.lookup(ROOT_INO, b"dir").unwrap();
-    let f = vfs.lookup(d.ino, b"file").unwrap();
-    assert_eq!(f.size, file.len() as u64);
-    assert_eq!(vfs.read(f.ino, 0, file.len()).unwrap(), file);
-    let l = vfs.lookup(ROOT_INO, b"link").unwrap();
-    assert_eq!(vfs.readlink(l.ino).unwrap(), b"dir/file");
-    assert_eq!(vfs.lookup(ROOT_INO, b"empty-file").unwrap().size, 0);
-    vfs.close().unwrap();
-    drop(vfs);
-    let vol = vblock::open_volume(db.clone(), "vol").unwrap();
-    let mut buf = vec![0u8; block.len()];
-    vol.read(5 << 20, &mut buf).unwrap();
-    assert_eq!(buf, block);
-    vol.read(1 << 20, &mut buf).unwrap();
-    assert!(
-        buf.iter().all(|&b| b == 0),
-        "unwritten blocks read as zeroes"
-    );
-    drop(vol);
-    Arc::try_unwrap(db).ok().unwrap().close().unwrap();
-}
-
 fn round_trip(keys: u64) {
     let d = dirs("masse-dump-");
     let cap = (keys * 200).max(256 << 20);
@@ -177,7 +112,7 @@ fn round_trip(keys: u64) {
     assert!(want.contains_key(&b"empty"[..]) && !want.contains_key(&b"gone"[..]));
     assert!(want.keys().any(|k| masse::vfile::is_file_layer_key(k)));
     assert!(want.keys().any(|k| vblock::is_volume_key(k)));
-    check_layers(&dst, &file, &block);
+    check_file_and_volume(&dst, &file, &block);
 }
 
 #[test]

@@ -22,9 +22,7 @@
 //! migrate -- --ignored --nocapture` runs the version-1 migrate with 10^6 keys.
 use masse::format::{Superblock, SuperblockProbe};
 use masse::index::KeyDigest;
-use masse::vfile::{Vfs, VfsOptions, ROOT_INO};
 use masse::{vblock, Db, DeviceSpec, Options, PoolConfig};
-use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::process::Command;
@@ -32,8 +30,8 @@ use std::sync::Arc;
 
 const MASSE: &str = env!("CARGO_BIN_EXE_masse");
 
-mod pooldirs;
-use pooldirs::{dirs, Dirs};
+mod poolkit;
+use poolkit::{add_file_and_volume, check_file_and_volume, dirs, put_numbered, records, Dirs};
 
 fn tiered(d: &Dirs, name: &str) -> PoolConfig {
     let mut c = PoolConfig::tiered(
@@ -132,22 +130,10 @@ fn create_v1(cfg: &PoolConfig) {
         .all(|s| s.version == 1 && s.key_digest == KeyDigest::Xxh3));
 }
 
-fn value(i: u64) -> Vec<u8> {
-    let n = 8 + (i * 7919 % 57) as usize;
-    (0..n).map(|j| (i as usize * 31 + j) as u8).collect()
-}
-
 /// Puts, overwrites, deletes, odd keys, large values, files and a volume.
 fn populate(cfg: &PoolConfig, keys: u64) -> (Vec<u8>, Vec<u8>) {
     let db = Arc::new(Db::open(cfg, Options::default()).unwrap());
-    let mut b = masse::WriteBatch::new();
-    for i in 0..keys {
-        b.put(format!("k{i:08}").as_bytes(), &value(i)).unwrap();
-        if b.len() == 1000 {
-            db.write(std::mem::take(&mut b)).unwrap();
-        }
-    }
-    db.write(b).unwrap();
+    put_numbered(&db, keys);
     for i in (0..keys).step_by(7) {
         db.put(format!("k{i:08}").as_bytes(), b"overwritten")
             .unwrap();
@@ -163,33 +149,9 @@ fn populate(cfg: &PoolConfig, keys: u64) -> (Vec<u8>, Vec<u8>) {
     db.put(b"gone", &vec![0x33; 300_000]).unwrap();
     db.delete(b"gone").unwrap();
 
-    let file: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-    let vfs = Vfs::open(db.clone(), VfsOptions::default()).unwrap();
-    let d = vfs.mkdir(ROOT_INO, b"dir", 0o755, 0, 0).unwrap();
-    let f = vfs.create(d.ino, b"file", 0o644, 0, 0).unwrap();
-    vfs.open_file(f.ino).unwrap();
-    vfs.write(f.ino, 0, &file).unwrap();
-    vfs.release(f.ino).unwrap();
-    vfs.symlink(ROOT_INO, b"link", b"dir/file", 0, 0).unwrap();
-    vfs.close().unwrap();
-    drop(vfs);
-
-    vblock::create_volume(&db, "vol", vblock::VolumeSpec::new(8 << 20)).unwrap();
-    let vol = vblock::open_volume(db.clone(), "vol").unwrap();
-    let block: Vec<u8> = (0..12288u32).map(|i| (i * 13 % 256) as u8).collect();
-    vol.write(5 << 20, &block).unwrap();
-    vol.flush().unwrap();
-    drop(vol);
+    let (file, block) = add_file_and_volume(&db);
     Arc::try_unwrap(db).ok().unwrap().close().unwrap();
     (file, block)
-}
-
-/// Every record of the pool, by a full scan.
-fn records(cfg: &PoolConfig) -> HashMap<Vec<u8>, Vec<u8>> {
-    let db = Db::open(cfg, Options::default()).unwrap();
-    let m = db.iter().map(|r| r.unwrap()).collect();
-    db.close().unwrap();
-    m
 }
 
 fn check_clean(cfg: &PoolConfig) {
@@ -241,25 +203,6 @@ fn refused(r: &Run, want: &str) {
     );
 }
 
-/// The files and the volume, read through their layers.
-fn check_layers(cfg: &PoolConfig, file: &[u8], block: &[u8]) {
-    let db = Arc::new(Db::open(cfg, Options::default()).unwrap());
-    let vfs = Vfs::open(db.clone(), VfsOptions::default()).unwrap();
-    let d = vfs.lookup(ROOT_INO, b"dir").unwrap();
-    let f = vfs.lookup(d.ino, b"file").unwrap();
-    assert_eq!(vfs.read(f.ino, 0, file.len()).unwrap(), file);
-    let l = vfs.lookup(ROOT_INO, b"link").unwrap();
-    assert_eq!(vfs.readlink(l.ino).unwrap(), b"dir/file");
-    vfs.close().unwrap();
-    drop(vfs);
-    let vol = vblock::open_volume(db.clone(), "vol").unwrap();
-    let mut buf = vec![0u8; block.len()];
-    vol.read(5 << 20, &mut buf).unwrap();
-    assert_eq!(buf, block);
-    drop(vol);
-    Arc::try_unwrap(db).ok().unwrap().close().unwrap();
-}
-
 #[test]
 fn a_version_1_pool_migrates_into_a_new_pool_of_another_geometry_with_every_record() {
     v1_round_trip(20_000);
@@ -308,7 +251,7 @@ fn v1_round_trip(keys: u64) {
     let got = records(&dst);
     assert_eq!(got.len(), want.len(), "record count");
     assert!(got == want, "migrated records differ from the source's");
-    check_layers(&dst, &file, &block);
+    check_file_and_volume(&dst, &file, &block);
     check_clean(&dst);
     let sbs = superblocks(&dst);
     assert!(sbs
