@@ -9,7 +9,7 @@ use crate::pool::{pool_flags, size_arg, GeometryArgs, PoolArgs, PoolLayout};
 use crate::workload::{count_arg, new_hist, out, run_threads, write_json, Progress, Ticker};
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
-use masse::format::record_footprint;
+use masse::format::{Codec, FORMAT_VERSION};
 use masse::{Db, GcPolicy, Options, Stats, TrimPolicy, MAX_KEY_LEN, MAX_VALUE_LEN};
 use masse_cli::keydist::{KeyDist, Zipfian, DEFAULT_THETA};
 use masse_cli::qos::Latency as Lat;
@@ -807,7 +807,8 @@ pub fn run(a: &DemoArgs) -> CliResult<i32> {
             fmt_bytes(mem)
         )));
     }
-    let rec = record_footprint(key_size, value_size);
+    let codec = Codec::of_version(a.geo.format_version.unwrap_or(FORMAT_VERSION));
+    let rec = codec.footprint(key_size, value_size);
     let data = a.num * rec;
     let mut place = plan(
         &PlanArgs {

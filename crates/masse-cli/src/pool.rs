@@ -197,6 +197,12 @@ pub struct GeometryArgs {
     /// rotational disks are hdd, otherwise unknown).
     #[arg(long, value_enum, help_heading = "Pool geometry (when formatting)")]
     pub capacity_media: Option<MediaArg>,
+
+    /// On-disk format version to create: 3 (default; records about 25 % smaller on
+    /// small values) or 2, the format builds before version 3 write, for a pool that
+    /// an older masse must still open. Pools of either version open with this build.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=3), help_heading = "Pool geometry (when formatting)")]
+    pub format_version: Option<u32>,
 }
 
 fn to_u32(v: Option<u64>, name: &str) -> CliResult<Option<u32>> {
@@ -327,6 +333,7 @@ impl PoolArgs {
             iu: to_u32(geo.iu, "--iu")?,
             capacity_media: geo.capacity_media.map(MediaArg::media),
             io: self.io(),
+            format_version: geo.format_version,
         };
         Ok((cfg, new_files))
     }

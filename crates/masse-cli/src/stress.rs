@@ -134,6 +134,11 @@ pub struct StressArgs {
     #[arg(long)]
     pub focus_only: bool,
 
+    /// --enumerate: create the scenarios' pools in this format version (2 or 3;
+    /// default the newest, 3).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=3))]
+    pub format_version: Option<u32>,
+
     /// --enumerate: stop a run after this many failing crash states.
     #[arg(long, default_value_t = 1000)]
     pub max_failures: usize,

@@ -49,12 +49,14 @@ pub fn run_enumerate(a: &StressArgs, seed: u64) -> CliResult<i32> {
         max_failures: a.max_failures.max(1),
         save_dir: Some(save_dir(a)),
         scale: a.scale.max(1),
+        format: a.format_version,
     };
     eprintln!(
-        "masse stress --enumerate: scenarios {}, modes {}, scale {}, seed {seed}, {} jobs; failing traces go to {}",
+        "masse stress --enumerate: scenarios {}, modes {}, scale {}, format version {}, seed {seed}, {} jobs; failing traces go to {}",
         if a.scenarios.is_empty() { "all".into() } else { a.scenarios.join(",") },
         if a.mode.is_none() { "all" } else { a.mode.as_deref().unwrap_or("") },
         cfg.scale,
+        cfg.format.unwrap_or(masse::format::FORMAT_VERSION),
         cfg.jobs,
         save_dir(a).display()
     );

@@ -83,6 +83,16 @@ fn create(cfg: &PoolConfig) {
         .unwrap();
 }
 
+/// Format a pool in the version-2 record format (what builds before version 3
+/// made).
+fn create_v2(cfg: &PoolConfig) {
+    let v2 = PoolConfig {
+        format_version: Some(2),
+        ..cfg.clone()
+    };
+    create(&v2);
+}
+
 /// The superblock of every device of the pool.
 fn superblocks(cfg: &PoolConfig) -> Vec<Superblock> {
     paths(cfg)
@@ -105,7 +115,7 @@ fn superblocks(cfg: &PoolConfig) -> Vec<Superblock> {
 /// whose digest is unkeyed XXH3. No record has been written yet, so every record
 /// the pool will hold is digested the version-1 way.
 fn create_v1(cfg: &PoolConfig) {
-    create(cfg);
+    create_v2(cfg);
     for p in paths(cfg) {
         let f = std::fs::OpenOptions::new()
             .read(true)
@@ -242,7 +252,7 @@ fn v1_round_trip(keys: u64) {
     assert_eq!(j["counts_match"], true);
     assert_eq!(j["source"]["format_version"], 1);
     assert_eq!(j["source"]["key_digest"], "unkeyed XXH3");
-    assert_eq!(j["destination"]["format_version"], 2);
+    assert_eq!(j["destination"]["format_version"], 3);
     assert_eq!(j["destination"]["key_digest"], "keyed SipHash-2-4");
     assert_eq!(j["check"]["errors"].as_array().map(|e| e.len()), Some(0));
     let bytes: u64 = want.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
@@ -256,7 +266,7 @@ fn v1_round_trip(keys: u64) {
     let sbs = superblocks(&dst);
     assert!(sbs
         .iter()
-        .all(|s| s.version == 2 && matches!(s.key_digest, KeyDigest::Keyed(_))));
+        .all(|s| s.version == 3 && matches!(s.key_digest, KeyDigest::Keyed(_))));
 
     // The source is as it was: same records, still format 1, consistent.
     assert!(records(&src) == want, "the source changed");
@@ -270,7 +280,7 @@ fn v1_round_trip(keys: u64) {
 fn a_version_2_pool_migrates_with_a_text_summary() {
     let d = dirs("masse-migrate-");
     let src = capacity_only(&d, "old");
-    create(&src);
+    create_v2(&src);
     populate(&src, 3_000);
     let want = records(&src);
     let dst = tiered(&d, "new");
@@ -280,7 +290,7 @@ fn a_version_2_pool_migrates_with_a_text_summary() {
     assert!(r.stdout.is_empty(), "the summary goes to stderr");
     for s in [
         &format!("migrated {} records", want.len()),
-        "format 2 (keyed SipHash-2-4 digest) capacity-only pool -> format 2",
+        "format 2 (keyed SipHash-2-4 digest) capacity-only pool -> format 3",
         "counts match",
         "destination is consistent",
     ] {

@@ -145,10 +145,21 @@ fn read(img: &Image, dev: u8, off: u64, len: usize) -> Vec<u8> {
     out
 }
 
-/// Keys of the records a segment span holds (records carry their segment's tag).
-fn segment_keys(span: &[u8], seq: u64, bound: u64) -> BTreeSet<u32> {
+/// Keys of the records a segment span holds (version 2: records carry their
+/// segment's tag; version 3: its block marks do).
+fn segment_keys(codec: Codec, span: &[u8], seq: u64, bound: u64) -> BTreeSet<u32> {
     let tag = seg_tag(seq);
     let mut keys = BTreeSet::new();
+    if codec == Codec::V3 {
+        let found = std::cell::RefCell::new(BTreeSet::new());
+        let (_, _) = v3seg::parse_v3_records(span, tag, usize::MAX, &|k| {
+            if let Some(i) = parse_key(k, bound) {
+                found.borrow_mut().insert(i as u32);
+            }
+            0
+        });
+        return found.into_inner();
+    }
     let mut o = SEG_HEADER;
     while o + RECORD_HEADER <= span.len() {
         match decode_record(&span[o..]) {
@@ -164,17 +175,17 @@ fn segment_keys(span: &[u8], seq: u64, bound: u64) -> BTreeSet<u32> {
     keys
 }
 
-fn batch_keys(payload: &[u8], bound: u64) -> BTreeSet<u32> {
+fn batch_keys(codec: Codec, payload: &[u8], bound: u64) -> BTreeSet<u32> {
     let mut keys = BTreeSet::new();
     let mut o = 0;
-    while o + RECORD_HEADER <= payload.len() {
-        let Ok((h, k, _)) = decode_record(&payload[o..]) else {
-            break;
-        };
-        if let Some(i) = parse_key(k, bound) {
+    while let Some(Ok(r)) = payload.get(o..).map(|b| codec.decode(b)) {
+        if let Some(i) = parse_key(r.key, bound) {
             keys.insert(i as u32);
         }
-        o += h.total_len().div_ceil(8) * 8;
+        o += match codec {
+            Codec::V2 => r.len.div_ceil(8) * 8,
+            Codec::V3 => r.len,
+        };
     }
     keys
 }
@@ -182,6 +193,7 @@ fn batch_keys(payload: &[u8], bound: u64) -> BTreeSet<u32> {
 struct Ctx<'a> {
     img: &'a Image,
     geo: Geometry,
+    codec: Codec,
     tag: u64,
     fast: u8,
     bound: u64,
@@ -209,6 +221,19 @@ impl Ctx<'_> {
     }
 }
 
+/// `(records, summary bytes)` of the valid footer of segment `seq` in `span`.
+fn summary_of(codec: Codec, span: &[u8], seq: u64) -> Option<(u32, u64)> {
+    match codec {
+        Codec::V2 => decode_footer(span)
+            .filter(|f| f.segment_seq == seq)
+            .map(|f| (f.nrec, f.nrec as u64 * SUMMARY_ENTRY as u64)),
+        Codec::V3 => v3::decode_v3_tail(span)
+            .ok()
+            .filter(|(f, _)| f.segment_seq == seq)
+            .map(|(f, _)| (f.nrec, f.sum_len as u64)),
+    }
+}
+
 /// Every metadata block of the pool in `img`, as damage targets.
 pub fn targets(img: &Image, exp: &Expected, seed: u64) -> Vec<Target> {
     let SuperblockProbe::Found(sb) = Superblock::decode(&read(img, 0, 0, 4096)) else {
@@ -218,6 +243,7 @@ pub fn targets(img: &Image, exp: &Expected, seed: u64) -> Vec<Target> {
     let mut c = Ctx {
         img,
         tag: sb.pool_id as u64,
+        codec: Codec::of_version(sb.version),
         geo: sb.geometry,
         fast,
         bound: exp.acked.keys().next_back().map_or(0, |k| *k as u64 + 1),
@@ -309,6 +335,7 @@ fn pad_batches(c: &mut Ctx) {
             v = (v / size + 1) * size;
         } else {
             let unit = batch_keys(
+                c.codec,
                 &whole[BATCH_HEADER..BATCH_HEADER + bh.payload_len as usize],
                 c.bound,
             );
@@ -407,7 +434,7 @@ fn segments(c: &mut Ctx, b: u32, first_seq: u64) -> BTreeSet<u32> {
             break;
         }
         let span = read(c.img, d, so, (k * seg) as usize);
-        let unit = segment_keys(&span, sh.segment_seq, c.bound);
+        let unit = segment_keys(c.codec, &span, sh.segment_seq, c.bound);
         let what = format!("band {b} slot {i}");
         c.add(
             "segment header",
@@ -415,7 +442,7 @@ fn segments(c: &mut Ctx, b: u32, first_seq: u64) -> BTreeSet<u32> {
             &[(d, so + 8, 56)],
             unit.clone(),
         );
-        if let Some(f) = decode_footer(&span).filter(|f| f.segment_seq == sh.segment_seq) {
+        if let Some((nrec, len)) = summary_of(c.codec, &span, sh.segment_seq) {
             let foot = so + k * seg - SEG_FOOTER as u64;
             c.add(
                 "segment footer",
@@ -423,8 +450,7 @@ fn segments(c: &mut Ctx, b: u32, first_seq: u64) -> BTreeSet<u32> {
                 &[(d, foot + 8, 56)],
                 unit.clone(),
             );
-            if f.nrec > 0 {
-                let len = f.nrec as u64 * SUMMARY_ENTRY as u64;
+            if nrec > 0 {
                 c.add(
                     "segment summary",
                     format!("{what} summary"),

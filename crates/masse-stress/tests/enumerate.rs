@@ -57,6 +57,23 @@ fn batches_across_segment_boundaries() {
     enumerate("batch-segments", |_| {});
 }
 
+/// Format 3's block marks at boundaries, skips, straddlers, a reopen in
+/// mid-segment.
+#[test]
+fn block_marks_at_4k_boundaries() {
+    enumerate("marks", |_| {});
+}
+
+/// Pools of format version 2 (made by older builds, or with
+/// `--format-version 2`) keep writing that format: the scenarios that cross
+/// segment, band and seal boundaries, on it.
+#[test]
+fn version_2_pools_batches_bands_and_seals() {
+    for name in ["batch-segments", "batch-band-gc", "seal"] {
+        enumerate(name, |c| c.format = Some(2));
+    }
+}
+
 /// Freed bands are not TRIMmed on pool files by default (`TrimPolicy::Auto`),
 /// so writes land over stale segments of the band's earlier life.
 #[test]

@@ -114,6 +114,10 @@ pub struct PoolConfig {
     pub capacity_media: Option<Media>,
     /// I/O mechanism overrides.
     pub io: IoChoice,
+    /// Format version to create (default: the newest, 3). Version 2 writes
+    /// the older, larger record format, for pools an older build must still
+    /// open; `open` always uses the pool's own version.
+    pub format_version: Option<u32>,
 }
 
 impl PoolConfig {

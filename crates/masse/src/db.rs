@@ -7,7 +7,6 @@
 //! (`engine/maintenance.rs`).
 
 use crate::config::{Options, PoolConfig};
-use crate::device::round_up;
 use crate::engine::check::{self, CheckReport};
 use crate::engine::request::{Outcome, PendingRecord, RecordKind, Req, WriteClass};
 use crate::engine::state::Engine;
@@ -59,22 +58,16 @@ impl WriteBatch {
     pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         check_kv(key, value)?;
         // The digest depends on the pool (format v2 keys it): set by `Db::write`.
-        self.recs.push(PendingRecord {
-            digest: 0,
-            bytes: encode_new(key, value, 0),
-            kind: RecordKind::Put,
-        });
+        self.recs
+            .push(PendingRecord::new(key, value, false, RecordKind::Put));
         self.bytes += (key.len() + value.len()) as u64;
         Ok(())
     }
     /// Add a delete.
     pub fn delete(&mut self, key: &[u8]) -> Result<()> {
         check_kv(key, b"")?;
-        self.recs.push(PendingRecord {
-            digest: 0,
-            bytes: encode_new(key, b"", REC_TOMBSTONE),
-            kind: RecordKind::Delete,
-        });
+        self.recs
+            .push(PendingRecord::new(key, b"", true, RecordKind::Delete));
         self.deletes += 1;
         Ok(())
     }
@@ -102,14 +95,6 @@ fn check_kv(key: &[u8], value: &[u8]) -> Result<()> {
         });
     }
     Ok(())
-}
-
-/// Encode a caller's record. Its seq, segment tag and crc are stamped once by the
-/// group-commit leader (`stamp`), so no crc is computed here.
-pub(crate) fn encode_new(key: &[u8], value: &[u8], flags: u8) -> Vec<u8> {
-    let mut b = vec![0u8; record_len(key.len(), value.len())];
-    encode_record_unsealed(&mut b, 0, 0, flags, key, value);
-    b
 }
 
 impl Db {
@@ -150,7 +135,7 @@ impl Db {
         let npad = pad_recs.iter().map(|g| g.len() as u64).sum();
         let reqs = pad_recs
             .into_iter()
-            .map(|g| Req::new(g, WriteClass::Replay))
+            .map(|g| Req::new(g, WriteClass::Replay, engine.layout.codec))
             .collect();
         engine.submit_all(reqs)?;
         if let Some(p) = &engine.pad {
@@ -177,12 +162,9 @@ impl Db {
         let t = Instant::now();
         check_kv(key, value)?;
         let e = &self.engine;
-        let rec = PendingRecord {
-            digest: e.digest(key),
-            bytes: encode_new(key, value, 0),
-            kind: RecordKind::Put,
-        };
-        e.check_record_fits(rec.bytes.len())?;
+        let mut rec = PendingRecord::new(key, value, false, RecordKind::Put);
+        rec.digest = e.digest(key);
+        e.check_record_fits(rec.len(e.layout.codec))?;
         self.write_records(vec![rec], WriteClass::User)?;
         e.counters.puts.fetch_add(1, Relaxed);
         e.counters
@@ -196,11 +178,8 @@ impl Db {
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         let t = Instant::now();
         check_kv(key, b"")?;
-        let rec = PendingRecord {
-            digest: self.engine.digest(key),
-            bytes: encode_new(key, b"", REC_TOMBSTONE),
-            kind: RecordKind::Delete,
-        };
+        let mut rec = PendingRecord::new(key, b"", true, RecordKind::Delete);
+        rec.digest = self.engine.digest(key);
         let n = self.write_records(vec![rec], WriteClass::Delete)?;
         self.engine.counters.deletes.fetch_add(1, Relaxed);
         self.engine.record(Op::Delete, t);
@@ -220,7 +199,8 @@ impl Db {
             WriteClass::User
         };
         let max = e.max_group_bytes();
-        let total: usize = batch.recs.iter().map(|r| round_up(r.bytes.len(), 8)).sum();
+        let codec = e.layout.codec;
+        let total: usize = batch.recs.iter().map(|r| r.batch_cost()).sum();
         if total > max {
             return Err(Error::TooLarge {
                 what: "write batch",
@@ -229,12 +209,12 @@ impl Db {
             });
         }
         for r in &batch.recs {
-            e.check_record_fits(r.bytes.len())?;
+            e.check_record_fits(r.len(codec))?;
         }
         let (n, bytes, deletes) = (batch.recs.len() as u64, batch.bytes, batch.deletes);
         let mut recs = batch.recs;
         for r in &mut recs {
-            r.digest = e.digest(record_key(&r.bytes));
+            r.digest = e.digest(r.key());
         }
         self.write_records(recs, class)?;
         let c = &e.counters;
@@ -249,7 +229,7 @@ impl Db {
     /// Submit records as one atomic group, waiting for GC to make space if needed.
     fn write_records(&self, recs: Vec<PendingRecord>, class: WriteClass) -> Result<u32> {
         let e = &self.engine;
-        let mut req = Req::new(recs, class);
+        let mut req = Req::new(recs, class, e.layout.codec);
         let mut stalled_since: Option<Instant> = None;
         loop {
             e.check_failed()?;
@@ -266,10 +246,10 @@ impl Db {
                 Outcome::Failed(m) => return Err(Error::Closed(m)),
                 Outcome::Stalled => {
                     stalled_since.get_or_insert_with(Instant::now);
-                    let lens: Vec<usize> = req.recs.iter().map(|p| p.bytes.len()).collect();
+                    let lens: Vec<usize> = req.recs.iter().map(|p| p.len(e.layout.codec)).collect();
                     gc::wait_for_space(e, class, &lens)?;
                     // The leader may still hold the request; stalls are rare, so copy.
-                    req = Req::new(req.recs.clone(), class);
+                    req = Req::new(req.recs.clone(), class, e.layout.codec);
                 }
             }
         }
@@ -277,7 +257,9 @@ impl Db {
 
     /// The largest write batch, in encoded bytes, that [`Db::write`] accepts as one
     /// atomic group (records cost their key + value + a 24-byte header, rounded up
-    /// to 8 bytes). Layers that batch many records use it to split their work.
+    /// to 8 bytes, in every format version: about what a version-3 record takes
+    /// with its summary entry). Layers that batch many records use it to split
+    /// their work.
     pub fn max_batch_bytes(&self) -> usize {
         self.engine.max_group_bytes()
     }
@@ -566,8 +548,8 @@ fn read_pair(e: &Engine, loc: Loc) -> Result<(Vec<u8>, Vec<u8>)> {
     loop {
         let gen = e.inplace_gen.load(SeqCst);
         let r = e.with_record(loc, |b| {
-            let (_, k, v) = decode_record(b)?;
-            Ok((k.to_vec(), v.to_vec()))
+            let r = e.layout.codec.decode(b)?;
+            Ok((r.key.to_vec(), r.value.to_vec()))
         });
         tries += 1;
         if r.is_err() && tries < 16 && e.inplace_raced(gen) {

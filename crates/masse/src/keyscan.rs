@@ -18,7 +18,7 @@
 
 use crate::db::Db;
 use crate::error::Result;
-use crate::format::{decode_record, Loc};
+use crate::format::Loc;
 use std::sync::atomic::Ordering::SeqCst;
 
 /// One step of [`Db::scan`].
@@ -100,7 +100,7 @@ impl Db {
         let mut tries = 0;
         loop {
             let gen = e.inplace_gen.load(SeqCst);
-            let r = e.with_record(l, |b| Ok(decode_record(b)?.1.to_vec()));
+            let r = e.with_record(l, |b| Ok(e.layout.codec.decode(b)?.key.to_vec()));
             tries += 1;
             if r.is_err() && tries < 16 && e.inplace_raced(gen) {
                 continue;

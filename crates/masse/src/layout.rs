@@ -4,7 +4,11 @@
 //! placement and space admission must follow it exactly.
 
 use crate::device::round_up;
-use crate::format::{Geometry, SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY};
+use crate::format::v3::{MARK_LEN, MAX_SKIP_GAP, V3_FOOTER, V3_HEADER};
+use crate::format::v3seg::{V3Cursor, V3_MAX_ENTRY, V3_MAX_TRAILER};
+use crate::format::{Codec, Geometry, Loc, SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY};
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::Arc;
 
 /// Most padding a small record may leave behind to avoid straddling a 4 KiB block.
 pub(crate) const MAX_STRADDLE_PAD: usize = 512;
@@ -13,6 +17,8 @@ pub(crate) const MAX_STRADDLE_PAD: usize = 512;
 #[derive(Clone, Debug)]
 pub(crate) struct Layout {
     pub geo: Geometry,
+    /// The pool's record format, which the placement rule follows.
+    pub codec: Codec,
     /// Segment (slot) size.
     pub seg: u64,
     /// Slots in each band.
@@ -21,10 +27,14 @@ pub(crate) struct Layout {
     pub bands: u32,
     /// First global band number of each capacity device.
     dev_band_start: Vec<u32>,
+    /// Version 3: how many records of a length (by [`Loc`] length code) one
+    /// segment holds, found by placing them the first time it is asked (0:
+    /// not yet); marks and skips make a formula inexact for some sizes.
+    v3_fill: Arc<Vec<AtomicU32>>,
 }
 
 impl Layout {
-    pub fn new(geo: Geometry) -> Layout {
+    pub fn new(geo: Geometry, codec: Codec) -> Layout {
         let seg = geo.segment_size as u64;
         let slots_per_band = (geo.band_size - geo.band_header_size as u64) / seg;
         let mut dev_band_start = Vec::with_capacity(geo.bands_per_device.len());
@@ -35,10 +45,12 @@ impl Layout {
         }
         Layout {
             geo,
+            codec,
             seg,
             slots_per_band,
             bands: total,
             dev_band_start,
+            v3_fill: Arc::new((0..4096).map(|_| AtomicU32::new(0)).collect()),
         }
     }
 
@@ -109,7 +121,8 @@ impl Layout {
 
     /// Offset at which a record of `len` bytes goes in a segment of `size` bytes
     /// holding `used` bytes in `entries` records, or `None` if it does not fit
-    /// (records, their summary entries and the footer must all fit).
+    /// (records, their summary entries and the footer must all fit). Version 2;
+    /// version 3 places with [`V3Cursor`].
     pub fn fit(&self, size: usize, used: usize, entries: usize, len: usize) -> Option<usize> {
         let mut off = round_up(used, 8);
         // A small record that would straddle a 4 KiB boundary moves to the next
@@ -126,14 +139,37 @@ impl Layout {
 
     /// Slots of the segment of its own that a record too big for a one-slot
     /// segment gets; `None` if it fits in one (even an empty one: `fit` always
-    /// succeeds on a fresh segment then).
+    /// succeeds on a fresh segment then). Version 3: `len` is the record's
+    /// length as the first of a segment (after a mark, with its absolute seq),
+    /// and a summary entry is counted at its longest, so the answer is a
+    /// function of `len` alone.
     pub fn own_slots(&self, len: usize) -> Option<u64> {
         let seg = self.seg as usize;
-        let len8 = round_up(len, 8);
-        if len8 + SEG_HEADER + SUMMARY_ENTRY + SEG_FOOTER <= seg {
-            return None;
-        }
-        Some((SEG_HEADER + len8 + SUMMARY_ENTRY + SEG_FOOTER).div_ceil(seg) as u64)
+        let need = match self.codec {
+            Codec::V2 => SEG_HEADER + round_up(len, 8) + SUMMARY_ENTRY + SEG_FOOTER,
+            Codec::V3 => SEG_HEADER + MARK_LEN + len + V3_MAX_ENTRY + V3_FOOTER,
+        };
+        (need > seg).then(|| need.div_ceil(seg) as u64)
+    }
+
+    /// Slots of a segment of one record whose record area ends at `end` (a
+    /// segment header's `prev_end`): [`Layout::own_slots`] inverted.
+    pub fn slots_of_end(&self, end: usize) -> u64 {
+        let first = match self.codec {
+            Codec::V2 => SEG_HEADER,
+            Codec::V3 => SEG_HEADER + MARK_LEN,
+        };
+        self.own_slots(end.saturating_sub(first)).unwrap_or(1)
+    }
+
+    /// Version 3: room a shared segment is sure to have for records' own
+    /// bytes (each at its longest, trailer and summary entry included),
+    /// whatever their marks and skips cost: every 4 KiB block may lose a skip
+    /// gap and hold a mark and the gap before it.
+    fn v3_sure_room(&self) -> usize {
+        let blocks = (self.seg as usize).div_ceil(4096);
+        (self.seg as usize - SEG_HEADER - V3_FOOTER)
+            .saturating_sub(blocks * (MAX_SKIP_GAP + 2 * MARK_LEN))
     }
 
     /// Bytes of band payload a record of `len8` bytes costs when rewritten among
@@ -147,10 +183,37 @@ impl Layout {
             Some(k) => self.slots_per_band * self.seg / (self.slots_per_band / k).max(1),
             None => {
                 let room = self.seg as usize - SEG_HEADER - SEG_FOOTER;
-                let per_seg = (room / (len8 + SUMMARY_ENTRY)).max(1);
-                self.seg / per_seg as u64
+                let per_seg = match self.codec {
+                    Codec::V2 => room / (len8 + SUMMARY_ENTRY),
+                    Codec::V3 => self.v3_records_per_segment(len8),
+                };
+                self.seg / per_seg.max(1) as u64
             }
         }
+    }
+}
+
+impl Layout {
+    /// Version 3: how many records of `len` bytes (with consecutive seqs) a
+    /// one-slot segment holds, by placing them; cached per length code.
+    fn v3_records_per_segment(&self, len: usize) -> usize {
+        let slot = &self.v3_fill[Loc::len_code_of(len) as usize];
+        let known = slot.load(Relaxed);
+        if known > 0 {
+            return known as usize;
+        }
+        let (mut c, seg) = (V3Cursor::default(), self.seg as usize);
+        loop {
+            let seq = 1 + c.nrec as u64;
+            let s = c.slot(len.max(V3_HEADER + 1), seq, false, false);
+            if c.need(&s) > seg {
+                break;
+            }
+            c.advance(&s, seq);
+        }
+        let n = c.nrec.max(1);
+        slot.store(n as u32, Relaxed);
+        n
     }
 }
 
@@ -164,6 +227,17 @@ impl Layout {
     pub fn straddle_pad(&self, len8: usize) -> u64 {
         const WINDOW: usize = 32 << 10;
         let len8 = len8.max(8);
+        if self.codec == Codec::V3 {
+            // Marks and skip gaps, with consecutive seqs (no trailers).
+            let mut c = V3Cursor::default();
+            let mut pad = 0u64;
+            while c.end < SEG_HEADER + WINDOW && c.nrec < 512 {
+                let s = c.slot(len8, 1 + c.nrec as u64, false, false);
+                pad += (s.spot.record - c.end) as u64;
+                c.advance(&s, 1 + c.nrec as u64);
+            }
+            return pad.checked_div(c.nrec as u64).unwrap_or(0);
+        }
         let (mut used, mut n, mut pad) = (SEG_HEADER, 0u64, 0u64);
         while used < SEG_HEADER + WINDOW && n < 512 {
             let Some(off) = self.fit(usize::MAX / 2, used, 0, len8) else {
@@ -199,7 +273,7 @@ impl Geometry {
     /// index, byte offset on that device).
     pub fn band_addr(&self, band: u32) -> Option<(usize, u64)> {
         (band < self.bands() && self.slots_per_band() > 0)
-            .then(|| Layout::new(self.clone()).band_addr(band))
+            .then(|| Layout::new(self.clone(), Codec::V2).band_addr(band))
     }
 
     /// Where global slot `slot` (`band · slots_per_band + slot in band`)
@@ -207,7 +281,7 @@ impl Geometry {
     pub fn slot_addr(&self, slot: u64) -> Option<(usize, u64)> {
         let spb = self.slots_per_band();
         (spb > 0 && slot < self.bands() as u64 * spb)
-            .then(|| Layout::new(self.clone()).slot_addr(slot))
+            .then(|| Layout::new(self.clone(), Codec::V2).slot_addr(slot))
     }
 }
 
@@ -216,7 +290,8 @@ impl Geometry {
 /// through a copy to learn how many free bands they would really take.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Cursor {
-    /// `(bytes used, records)` of the open one-slot segment, if there is one.
+    /// `(bytes used, records)` of the open one-slot segment, if there is one
+    /// (version 3: bytes as counted by `place`, not offsets).
     pub open: Option<(usize, usize)>,
     /// Slots not yet allocated in the open band (0 when there is none).
     pub band_left: u64,
@@ -225,9 +300,15 @@ pub(crate) struct Cursor {
 }
 
 impl Cursor {
-    /// Move past one record of `len` bytes, following `Inner::place`.
+    /// Move past one record of `len` bytes ([`Codec::base_len`]), following
+    /// `Engine::place`: exactly for version 2; for version 3 never ending
+    /// earlier than placement does (each record counted with its longest
+    /// trailer and summary entry, in the room a segment keeps whatever its
+    /// marks and skips cost), which is what admission needs.
     pub fn place(&mut self, l: &Layout, len: usize) {
-        if let Some(k) = l.own_slots(len) {
+        let v3 = l.codec == Codec::V3;
+        let alone = if v3 { len + V3_MAX_TRAILER } else { len };
+        if let Some(k) = l.own_slots(alone) {
             self.open = None;
             self.take_slots(l, k);
             return;
@@ -237,10 +318,17 @@ impl Cursor {
                 Some(o) => o,
                 None => {
                     self.take_slots(l, 1);
-                    (SEG_HEADER, 0)
+                    (if v3 { 0 } else { SEG_HEADER }, 0)
                 }
             };
-            if let Some(off) = l.fit(l.seg as usize, used, n, len) {
+            if v3 {
+                let cost = len + V3_MAX_TRAILER + V3_MAX_ENTRY;
+                // A record alone in a fresh segment always fits (`own_slots`).
+                if n == 0 || used + cost <= l.v3_sure_room() {
+                    self.open = Some((used + cost, n + 1));
+                    return;
+                }
+            } else if let Some(off) = l.fit(l.seg as usize, used, n, len) {
                 self.open = Some((off + round_up(len, 8), n + 1));
                 return;
             }
@@ -267,20 +355,23 @@ mod tests {
 
     /// A tiered layout with 4 KiB band headers and IU, data from 1 MiB on.
     fn tiered(segment_size: u32, band_size: u64, bands_per_device: Vec<u32>) -> Layout {
-        Layout::new(Geometry {
-            mode: Mode::Tiered,
-            segment_size,
-            band_size,
-            band_header_size: 4096,
-            iu: 4096,
-            bands_per_device,
-            pad_offset: 0,
-            pad_size: 0,
-            ckpt_offset: 0,
-            ckpt_slot_size: 0,
-            data_start: 1 << 20,
-            has_fast: true,
-        })
+        Layout::new(
+            Geometry {
+                mode: Mode::Tiered,
+                segment_size,
+                band_size,
+                band_header_size: 4096,
+                iu: 4096,
+                bands_per_device,
+                pad_offset: 0,
+                pad_size: 0,
+                ckpt_offset: 0,
+                ckpt_slot_size: 0,
+                data_start: 1 << 20,
+                has_fast: true,
+            },
+            Codec::V2,
+        )
     }
 
     /// Records of one size placed in a row pad in a fixed pattern: nothing

@@ -10,7 +10,7 @@
 
 use crate::device::{round_down64, round_up64, AlignedBuf};
 use crate::error::{Error, Result};
-use crate::format::{peek_record, Loc, MAX_KEY_LEN, RECORD_HEADER};
+use crate::format::{Codec, Loc, MAX_KEY_LEN};
 use crate::stats::Op;
 use crate::Db;
 use std::ops::Range;
@@ -55,11 +55,20 @@ struct DevRead {
 /// location's bounds. A header that disagrees (damage, or stale bytes) is not
 /// believed: the part is then read whole, through the record's checksum, so
 /// bad header bytes can neither cut a part short nor lengthen it.
-fn value_len(hdr: &[u8], key_len: usize, loc: Loc) -> Option<usize> {
-    let h = peek_record(hdr)?;
-    let total = RECORD_HEADER + h.key_len as usize + h.val_len as usize;
-    let fits = total >= loc.len_min() as usize && total <= loc.len8() as usize;
-    (h.key_len as usize == key_len && fits).then_some(h.val_len as usize)
+fn value_len(codec: Codec, hdr: &[u8], key_len: usize, loc: Loc) -> Option<usize> {
+    let (k, v, trailer) = codec.peek(hdr)?;
+    // Version 3: a seq trailer of 1 to 10 bytes follows the value iff the
+    // header says so.
+    let base = codec.base_len(k, v);
+    let (least, most) = match trailer {
+        true => (base + 1, base + codec.trailer_max()),
+        false => (base, base),
+    };
+    let fits = match loc.exact_len() {
+        Some(n) => (least..=most).contains(&(n as usize)),
+        None => most >= loc.len_min() as usize && least <= loc.len8() as usize,
+    };
+    (k == key_len && fits).then_some(v)
 }
 
 impl Db {
@@ -146,12 +155,14 @@ impl Db {
         if loc.is_tombstone() {
             return Located::Absent;
         }
-        let vstart = RECORD_HEADER + key.len();
+        let codec = e.layout.codec;
+        let vstart = codec.header() + key.len();
         // Value bytes the location vouches for: `sure` (its exact length below
         // 2 KiB, a lower bound above) and at most `bound`. A part that may run
         // past `sure` is cut at the value's end read from the record's header,
         // so neither padding nor a neighbouring record's bytes are handed out.
-        let sure = (loc.len_min() as usize).saturating_sub(vstart);
+        // Version 3: the record's last bytes may be its seq trailer, not value.
+        let sure = (loc.len_min() as usize).saturating_sub(vstart + codec.trailer_max());
         let bound = match loc.exact_len() {
             Some(n) => n as usize,
             None => loc.len8() as usize,
@@ -165,7 +176,9 @@ impl Db {
         if let Some(seg) = e.segments.get(loc.slot()) {
             let d = seg.data.read();
             let vend = match need_hdr {
-                true => d.get(rec..).and_then(|h| value_len(h, key.len(), loc)),
+                true => d
+                    .get(rec..)
+                    .and_then(|h| value_len(codec, h, key.len(), loc)),
                 false => Some(b),
             };
             let b = b.min(vend.unwrap_or(0));
@@ -187,7 +200,7 @@ impl Db {
         let start = round_down64(lo, 4096);
         let hdr = need_hdr.then(|| {
             let at = round_down64(base + rec as u64, 4096);
-            let end = round_up64(base + (rec + RECORD_HEADER) as u64, 4096);
+            let end = round_up64(base + (rec + codec.header()) as u64, 4096);
             (
                 at,
                 AlignedBuf::new((end - at) as usize),
@@ -239,9 +252,11 @@ impl Db {
         for c in cands.iter_mut() {
             if let Some(d) = c.dev.take() {
                 let len = match &d.hdr {
-                    Some((_, h, skip)) => value_len(&h[*skip..], d.key_len, Loc(c.loc))
-                        .map_or(0, |v| v.saturating_sub(d.first))
-                        .min(d.len),
+                    Some((_, h, skip)) => {
+                        value_len(e.layout.codec, &h[*skip..], d.key_len, Loc(c.loc))
+                            .map_or(0, |v| v.saturating_sub(d.first))
+                            .min(d.len)
+                    }
                     None => d.len,
                 };
                 c.cut = len == 0;

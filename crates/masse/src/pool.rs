@@ -23,6 +23,9 @@ pub(crate) struct Pool {
     pub geo: Geometry,
     /// How keys are digested (format version 2: keyed with a per-pool secret).
     pub key_digest: crate::index::KeyDigest,
+    /// Format version of the pool (its superblocks): which record codec it
+    /// writes ([`Codec::of_version`]).
+    pub version: u32,
     pub fast: Option<Arc<dyn Device>>,
     pub caps: Vec<Arc<dyn Device>>,
     /// What the user should know about the devices (a volatile one).
@@ -233,10 +236,17 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
     let cap_media = cfg.capacity_media.unwrap_or(caps[0].info().media);
     let geo = choose_geometry(cfg, fast.as_ref(), &caps, cap_media)?;
     let pool_id = random_id();
+    let version = cfg.format_version.unwrap_or(FORMAT_VERSION);
+    if !(2..=FORMAT_VERSION).contains(&version) {
+        return Err(Error::InvalidConfig(format!(
+            "format version {version} cannot be created (this build creates 2 and {FORMAT_VERSION})"
+        )));
+    }
     let pool = Pool {
         pool_id,
         geo,
         key_digest: crate::index::KeyDigest::Keyed(random_id().to_le_bytes()),
+        version,
         warnings: volatile_warnings(fast.as_ref(), &caps),
         fast,
         caps,
@@ -598,7 +608,7 @@ fn write_superblocks(pool: &Pool, cap_media: Media) -> Result<()> {
     }
     for (dev, role, idx, media) in &sbs {
         let sb = Superblock {
-            version: FORMAT_VERSION,
+            version: pool.version,
             pool_id: pool.pool_id,
             role: *role,
             device_index: *idx,
@@ -661,6 +671,33 @@ fn member_superblock(dev: &Arc<dyn Device>, is_fast: bool) -> Result<Superblock>
 }
 
 /// Open the devices named in `cfg` and check that they form one complete pool.
+/// Every device of `found` must belong to the first one's pool, with its
+/// geometry, digest and format version.
+fn same_pool(found: &[(Arc<dyn Device>, Superblock)]) -> Result<()> {
+    let Some((_, first)) = found.first() else {
+        return Ok(());
+    };
+    let (pool_id, geo) = (first.pool_id, &first.geometry);
+    for (d, sb) in found {
+        if sb.pool_id != pool_id {
+            return Err(Error::Mismatch(format!(
+                "{} belongs to pool {:032x}, not {:032x}",
+                d.info().path,
+                sb.pool_id,
+                pool_id
+            )));
+        }
+        if sb.geometry != *geo || sb.key_digest != first.key_digest || sb.version != first.version {
+            return Err(Error::Mismatch(format!(
+                "{} disagrees about the pool geometry or format",
+                d.info().path
+            )));
+        }
+        check_fits(d, sb)?;
+    }
+    Ok(())
+}
+
 pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
     let Devices { fast, caps, claims } = open_devices(cfg, true)?;
     let warnings = volatile_warnings(fast.as_ref(), &caps);
@@ -674,26 +711,9 @@ pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
     let Some((_, first)) = found.first() else {
         return Err(Error::InvalidConfig("no devices given".into()));
     };
-    let pool_id = first.pool_id;
-    let geo = first.geometry.clone();
-    for (d, sb) in &found {
-        if sb.pool_id != pool_id {
-            return Err(Error::Mismatch(format!(
-                "{} belongs to pool {:032x}, not {:032x}",
-                d.info().path,
-                sb.pool_id,
-                pool_id
-            )));
-        }
-        if sb.geometry != geo || sb.key_digest != first.key_digest {
-            return Err(Error::Mismatch(format!(
-                "{} disagrees about the pool geometry",
-                d.info().path
-            )));
-        }
-        check_fits(d, sb)?;
-    }
-    let key_digest = first.key_digest;
+    let (pool_id, geo) = (first.pool_id, first.geometry.clone());
+    same_pool(&found)?;
+    let (key_digest, version) = (first.key_digest, first.version);
     if geo.has_fast && !want_fast {
         return Err(Error::MissingDevice(
             "this pool has a fast-tier device; give it with --fast".into(),
@@ -735,6 +755,7 @@ pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
         pool_id,
         geo,
         key_digest,
+        version,
         fast,
         caps,
         warnings,

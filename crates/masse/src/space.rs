@@ -51,7 +51,9 @@ impl Db {
     /// room records of that size leave unused): the unit of
     /// [`Space::user_available_bytes`].
     pub fn record_room(&self, key_len: usize, value_len: usize) -> u64 {
-        let len8 = crate::format::record_len(key_len, value_len).div_ceil(8) * 8;
-        self.engine.layout.room_cost(len8 as u32)
+        let len = self.engine.layout.codec.base_len(key_len, value_len);
+        self.engine
+            .layout
+            .room_cost(crate::format::Loc::len8_of(len))
     }
 }

@@ -13,6 +13,8 @@ pub struct MemPool {
     pub mode: Mode,
     pub segment: Option<u32>,
     pub band: Option<u64>,
+    /// Format version to create (`None`: the newest).
+    pub format: Option<u32>,
 }
 
 impl MemPool {
@@ -23,6 +25,7 @@ impl MemPool {
             mode: Mode::Tiered,
             segment: None,
             band: None,
+            format: None,
         }
     }
     pub fn capacity_only(cap: u64) -> MemPool {
@@ -32,6 +35,7 @@ impl MemPool {
             mode: Mode::CapacityOnly,
             segment: None,
             band: None,
+            format: None,
         }
     }
     pub fn scm_only(cap: u64) -> MemPool {
@@ -41,11 +45,17 @@ impl MemPool {
             mode: Mode::ScmOnly,
             segment: None,
             band: None,
+            format: None,
         }
     }
     pub fn with_geometry(mut self, segment: u32, band: u64) -> MemPool {
         self.segment = Some(segment);
         self.band = Some(band);
+        self
+    }
+    /// Create the pool in format version `v` (2: the older record format).
+    pub fn with_format(mut self, v: u32) -> MemPool {
+        self.format = Some(v);
         self
     }
     pub fn config(&self) -> PoolConfig {
@@ -62,6 +72,7 @@ impl MemPool {
             mode: Some(self.mode),
             segment_size: self.segment,
             band_size: self.band,
+            format_version: self.format,
             ..Default::default()
         }
     }

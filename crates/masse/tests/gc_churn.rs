@@ -8,8 +8,9 @@ fn churn(p: MemPool, value_len: usize, util: f64) {
     let db = Db::create(&p.config(), opts()).expect("create");
     let st = db.stats();
     let payload = st.bands_total as u64 * st.band_size;
-    // Live data ≈ util of the raw capacity tier.
-    let rec = (value_len + 20 + 24 + 32) as u64;
+    // Live data ≈ util of the raw capacity tier (records with their summary
+    // entries and marks, in the format new pools are created with).
+    let rec = masse::format::record_footprint(key(0).len(), value_len);
     let n = ((payload as f64 * util) / rec as f64) as u64;
     let mut ver = vec![0u64; n as usize];
     for i in 0..n {

@@ -135,7 +135,8 @@ fn gc_and_in_place_updates_interleave() {
     // Sizes flip at random, so updates alternate between in place and appended,
     // and the appended ones leave garbage that GC must collect while in-place
     // updates keep landing in the bands it picks from.
-    let p = MemPool::scm_only(16 << 20).with_geometry(8 << 10, 256 << 10);
+    // Small enough that the appended updates (about 10 MiB) must be collected.
+    let p = MemPool::scm_only(12 << 20).with_geometry(8 << 10, 256 << 10);
     let db = Db::create(&p.config(), opts()).expect("create");
     let n = 30_000u64;
     let len = |i: u64, ver: u64| if (i ^ ver) % 3 == 0 { 120 } else { 100 };

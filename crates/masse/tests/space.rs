@@ -38,7 +38,8 @@ fn available_space_tracks_writes_and_errs_low() {
     };
     assert!(
         failed_at >= promised,
-        "the pool took {failed_at} records but said {promised} would fit"
+        "the pool took {failed_at} records but said {promised} would fit: {}",
+        db.stats().to_text()
     );
     let full = db.space();
     assert!(

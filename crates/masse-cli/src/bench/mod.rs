@@ -15,7 +15,7 @@ use crate::pool::{open_pool, GeometryArgs, ModeArg, PoolArgs, PoolLayout};
 use crate::workload::{count_arg, out, write_json};
 use benchmarks::{Bench, Spec};
 use clap::Args;
-use masse::format::record_footprint;
+use masse::format::{Codec, FORMAT_VERSION};
 use masse::{Db, Options, Stats, MAX_KEY_LEN, MAX_VALUE_LEN};
 use masse_cli::dbbench::Seeds;
 use masse_cli::keydist::{KeyDist, Zipfian, DEFAULT_THETA};
@@ -453,7 +453,8 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
         Zipfian::new(a.num, a.zipf_theta)
             .map_err(|e| CliError::new(format!("--zipf_theta: {e}")))?;
     }
-    let rec = record_footprint(a.key_size, a.value_size);
+    let codec = Codec::of_version(a.geo.format_version.unwrap_or(FORMAT_VERSION));
+    let rec = codec.footprint(a.key_size, a.value_size);
     let data = a.num * rec;
     let mut wh = place_pool(a, data)?;
     if a.keep {

@@ -65,6 +65,8 @@ pub struct EnumConfig {
     pub save_dir: Option<PathBuf>,
     /// Scenario size factor (1: the CI size).
     pub scale: u32,
+    /// Format version of the scenarios' pools (`None`: the newest).
+    pub format: Option<u32>,
 }
 
 impl Default for EnumConfig {
@@ -84,6 +86,7 @@ impl Default for EnumConfig {
             max_failures: 1,
             save_dir: None,
             scale: 1,
+            format: None,
         }
     }
 }
@@ -801,7 +804,7 @@ pub fn run_scenario(
         mode: mode.to_string(),
         ..Default::default()
     };
-    let rec = match sc.record(mode, cfg.scale) {
+    let rec = match sc.record_format(mode, cfg.scale, cfg.format) {
         Ok(r) => r,
         Err(v) => {
             rep.first.failures = 1;

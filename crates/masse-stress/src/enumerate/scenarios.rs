@@ -27,7 +27,22 @@ pub struct Scenario {
 impl Scenario {
     /// Runs the scenario once on recording devices.
     pub fn record(&self, mode: &str, scale: u32) -> Result<Recorded, Violation> {
-        let mut s = Script::create(&(self.setup)(mode))?;
+        self.record_format(mode, scale, None)
+    }
+
+    /// [`Scenario::record`] on a pool of format version `format` (`None`:
+    /// the newest).
+    pub fn record_format(
+        &self,
+        mode: &str,
+        scale: u32,
+        format: Option<u32>,
+    ) -> Result<Recorded, Violation> {
+        let setup = Setup {
+            format,
+            ..(self.setup)(mode)
+        };
+        let mut s = Script::create(&setup)?;
         (self.script)(&mut s, scale.max(1))?;
         s.finish()
     }
@@ -86,6 +101,13 @@ pub fn all() -> Vec<Scenario> {
             modes: &["capacity-only", "tiered"],
             setup: untrimmed_setup,
             script: reuse_untrimmed,
+        },
+        Scenario {
+            name: "marks",
+            about: "format 3's block marks: records ending on 4 KiB boundaries, skips, straddlers, batches split by a mark, a reopen mid-segment",
+            modes: ALL,
+            setup: Setup::small,
+            script: marks,
         },
         Scenario {
             name: "pad-wrap",
@@ -322,6 +344,36 @@ fn seal(s: &mut Script, scale: u32) -> Result<(), Violation> {
     for i in 0..4 {
         s.put(i, 8000)?;
     }
+    Ok(())
+}
+
+/// Format 3's block marks (format.md §7.6.2). Keys below 16 are one byte, so
+/// a record is 8 + 1 + value bytes and a short seq trailer: from a fresh
+/// segment (record at 72), a 4,013-byte value ends on the 4 KiB boundary;
+/// a batch of 300, 3,700 and 200 bytes puts its last record across the next
+/// boundary with a small gap, so it skips behind a mark (a group split by a
+/// mark); 6,000 bytes straddle, so the next record starts behind a mark;
+/// values of 4,063–4,079 bytes leave too little room for a mark and a record
+/// start. Segments are 32 KiB, so the rounds meet these cases at shifting
+/// offsets. A reopen in mid-segment makes capacity-only and scm-only pools
+/// continue the segment the last run left open, and GC moves records (old
+/// seqs: delta trailers).
+fn marks(s: &mut Script, scale: u32) -> Result<(), Violation> {
+    for r in 0..3 * scale {
+        s.put(0, 4013)?;
+        s.batch(&[(1, Some(300)), (2, Some(3700)), (3, Some(200))])?;
+        s.put(4, 6000)?;
+        s.batch(&[(5, Some(4063)), (6, Some(4070)), (7, Some(4079))])?;
+        s.put(8, 4013 + r)?;
+        s.delete(3)?;
+        s.batch(&[(9, Some(10)), (10, Some(20)), (1, None), (11, Some(4000))])?;
+        if r == 1 {
+            s.reopen()?;
+        }
+    }
+    s.gc()?;
+    s.put(12, 100)?;
+    s.checkpoint()?;
     Ok(())
 }
 

@@ -31,6 +31,10 @@ pub struct Setup {
     /// default) instead of reading as zeros: reused slots hold stale records.
     #[serde(default)]
     pub keep_freed: bool,
+    /// Format version the pool is created with (`None`: the newest). Only
+    /// creating reads it: a recorded trace's pool opens in its own version.
+    #[serde(default)]
+    pub format: Option<u32>,
 }
 
 impl Setup {
@@ -44,6 +48,7 @@ impl Setup {
             band: 4096 + 8 * (32 << 10),
             checkpoint: (mode != "tiered").then_some(1 << 20),
             keep_freed: false,
+            format: None,
         }
     }
 
@@ -76,6 +81,7 @@ impl Setup {
         c.segment_size = Some(self.segment);
         c.band_size = Some(self.band);
         c.checkpoint_size = self.checkpoint;
+        c.format_version = self.format;
         c
     }
 

@@ -6,10 +6,11 @@
 
 use super::band::BandState;
 use super::pad::PadReader;
-use super::scanner::{parse_records, BandScanner, Found, Source};
+use super::scanner::{parse_segment, BandScanner, Found, Source};
 use super::state::Engine;
 use crate::error::Result;
 use crate::format::*;
+use crate::format::{v3, v3seg};
 use crate::index::canonical;
 
 /// What [`Db::check`] found.
@@ -111,21 +112,60 @@ fn check_band(
                 s.slot
             )),
         }
-        for se in &s.entries {
-            check_record(e, band, slot, s.slot, s.data, se, rep);
+        let agree = seqs_agree(e.layout.codec, s.data, s.seq, &s.entries);
+        for (se, ok) in s.entries.iter().zip(agree) {
+            check_record(e, (band, slot, s.slot), s.data, se, ok, rep);
         }
         Ok(())
     })?;
     Ok(())
 }
 
+/// Whether each record of segment `seq` carries the sequence number and group
+/// flag its summary entry gives: version 2 in its header; version 3 in its
+/// trailer, which must be the one the writer's seq chain gives the entry
+/// (after the block mark the entry's position calls for).
+fn seqs_agree(codec: Codec, data: &[u8], seq: u64, entries: &[SummaryEntry]) -> Vec<bool> {
+    if codec == Codec::V2 {
+        let seq_of = |se: &SummaryEntry| {
+            let b = data.get(se.offset as usize..)?;
+            decode_record(b).ok().map(|(h, _, _)| h.seq == se.seq)
+        };
+        return entries
+            .iter()
+            .map(|se| seq_of(se).unwrap_or(true))
+            .collect();
+    }
+    let (tag, mut c) = (seg_tag(seq), v3seg::V3Cursor::default());
+    let mut out = Vec::with_capacity(entries.len());
+    for se in entries {
+        let here = v3::spot(c.end, c.open_block, false);
+        let skip = here.record != se.offset as usize;
+        let s = v3::spot(c.end, c.open_block, skip);
+        let marked = s
+            .mark
+            .map(|m| v3::is_mark(data.get(m..).unwrap_or(&[]), tag, m - c.end));
+        if s.mark.is_some() {
+            c.chain.mark();
+        }
+        let want = c.chain.trailer_for(se.seq, se.more);
+        let got = data
+            .get(se.offset as usize..)
+            .and_then(|b| v3::decode_v3_record(b).ok());
+        // A record that does not decode is reported as such by `check_record`.
+        out.push(marked != Some(false) && got.is_none_or(|r| r.trailer == want));
+        c.end = se.offset as usize + se.len as usize;
+        c.open_block = Some(se.offset as usize / v3::BLOCK);
+    }
+    out
+}
+
 fn check_record(
     e: &Engine,
-    band: u32,
-    slot: u64,
-    i: u64,
+    (band, slot, i): (u32, u64, u64),
     data: &[u8],
     se: &SummaryEntry,
+    seq_agrees: bool,
     rep: &mut CheckReport,
 ) {
     let o = se.offset as usize;
@@ -135,11 +175,14 @@ fn check_record(
     // segment torn under a valid footer, whose records the pad re-applied at
     // newer positions (design.md §10.6).
     let live = || e.index.get(se.digest) == Some(here.0);
-    let problem = match data.get(o..o + se.len as usize).map(decode_record) {
-        Some(Ok((h, key, _))) => {
+    let codec = e.layout.codec;
+    let problem = match data.get(o..o + se.len as usize).map(|b| codec.decode(b)) {
+        Some(Ok(r)) => {
             rep.records += 1;
-            (canonical(e.digest(key)) != canonical(se.digest) || h.seq != se.seq)
-                .then_some("summary disagrees with record")
+            let same = canonical(e.digest(r.key)) == canonical(se.digest)
+                && r.len == se.len as usize
+                && r.tombstone == se.tombstone;
+            (!same || !seq_agrees).then_some("summary disagrees with record")
         }
         _ => Some("record checksum mismatch"),
     };
@@ -182,17 +225,18 @@ fn check_index(e: &Engine, rep: &mut CheckReport) {
     for raw in locs {
         let loc = Loc(raw);
         live[l.band_of_slot(loc.slot()) as usize] += loc.len8() as u64;
-        match e
-            .read_record(loc)
-            .and_then(|b| decode_record(&b).map(|(h, k, _)| (h, e.digest(k))))
-        {
-            Ok((h, d)) => {
+        let codec = e.layout.codec;
+        match e.with_record(loc, |b| {
+            let r = codec.decode(b)?;
+            Ok((r.tombstone, e.digest(r.key)))
+        }) {
+            Ok((tomb, d)) => {
                 if e.index.get(d) != Some(raw) {
                     rep.errors.push(format!(
                         "index entry {raw:#x} points at a record of another key"
                     ));
                 }
-                if (h.flags & REC_TOMBSTONE != 0) != loc.is_tombstone() {
+                if tomb != loc.is_tombstone() {
                     rep.errors.push(format!(
                         "index entry {raw:#x}: tombstone flag disagrees with record"
                     ));
@@ -288,7 +332,7 @@ pub(crate) fn trace_key(e: &Engine, key: &[u8]) -> Result<Vec<String>> {
     // Segments still in DRAM (open, or on their way to the device).
     for b in dram {
         let data = b.data.read();
-        let (entries, _) = parse_records(&data, b.seq, &dig);
+        let (entries, _) = parse_segment(e.layout.codec, &data, b.seq, &dig);
         for se in entries
             .iter()
             .filter(|se| canonical(se.digest) == canonical(d))

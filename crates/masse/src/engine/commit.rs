@@ -10,7 +10,7 @@
 //! of the open segment and syncs before the group is acknowledged.
 
 use super::pad::{PadRing, Reserved};
-use super::request::{stamp, Next, Outcome, PendingRecord, RecordKind, Req, Wake, WriteClass};
+use super::request::{Next, Outcome, PendingRecord, RecordKind, Req, Wake, WriteClass};
 use super::segment::{OpenSegment, SegmentBuf, WriteState};
 use super::state::Engine;
 use super::writer_jobs::WriterJob;
@@ -23,10 +23,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 
-/// Where one record of a group went.
+/// Where one record of a group went (and, version 3, the block mark in
+/// front of it).
 struct Placed {
     buf: Arc<SegmentBuf>,
     off: usize,
+    /// Version 3: a block mark first, at this offset with this `back`.
+    mark: Option<(usize, u16)>,
     loc: Loc,
 }
 
@@ -112,12 +115,12 @@ impl GroupFilter {
             // would sit at a later position, and recovery ("later position
             // wins") would bring the moved, older version back. Drop it: the
             // user write makes the old record dead anyway.
-            RecordKind::Relocate(old) => {
+            RecordKind::Relocate(old, _) => {
                 e.index.get(p.digest) == Some(old.0)
                     && !self.user_in_group.contains(&canonical(p.digest))
             }
         };
-        if keep && !matches!(p.kind, RecordKind::Relocate(_)) {
+        if keep && !matches!(p.kind, RecordKind::Relocate(..)) {
             self.user_in_group.insert(canonical(p.digest));
         }
         keep
@@ -287,14 +290,15 @@ impl Engine {
             // Space is checked after everything this group already took, counting
             // every record of the request: the ones the filter drops only make
             // the real placement end earlier.
-            if !self.admit(&mut cursor, r.class, r.recs.iter().map(|p| p.bytes.len())) {
+            let codec = self.layout.codec;
+            if !self.admit(&mut cursor, r.class, r.recs.iter().map(|p| p.len(codec))) {
                 r.complete(Outcome::Stalled);
                 continue;
             }
             let mut idx = Vec::with_capacity(r.recs.len());
             for (i, p) in r.recs.iter().enumerate() {
                 if filter.keep(self, p) {
-                    sel.bytes += round_up(p.bytes.len(), 8);
+                    sel.bytes += p.pad_len(codec);
                     idx.push(i);
                 }
             }
@@ -351,12 +355,12 @@ impl Engine {
             let mut st = Vec::with_capacity(idx.len());
             for (j, &i) in idx.iter().enumerate() {
                 let more = j + 1 < idx.len();
-                let (p, bytes) = self.place_record(ws, &r.recs[i], more, &mut g.new_segs)?;
+                let p = &r.recs[i];
+                let (placed, bytes) = self.place_record(ws, p, more, &mut g.new_segs)?;
                 if to_pad {
-                    g.payload.extend_from_slice(&bytes);
-                    g.payload.resize(round_up(g.payload.len(), 8), 0);
+                    self.pad_copy(&mut g.payload, p, &bytes);
                 }
-                pl.push(p);
+                pl.push(placed);
                 st.push(bytes);
             }
             g.placed.push(pl);
@@ -368,7 +372,23 @@ impl Engine {
         Ok(g)
     }
 
-    /// Place one record, stamp it, and add its summary entry to its segment.
+    /// A record's bytes in the pad batch: version 2 the segment copy, padded
+    /// to 8; version 3 the record without its seq trailer (replay gives it a
+    /// new seq anyway), so the batch's length is known before placement.
+    fn pad_copy(&self, payload: &mut Vec<u8>, p: &PendingRecord, placed: &[u8]) {
+        match self.layout.codec {
+            Codec::V2 => {
+                payload.extend_from_slice(placed);
+                payload.resize(round_up(payload.len(), 8), 0);
+            }
+            Codec::V3 => {
+                let (k, v) = (p.key(), p.value());
+                payload.extend_from_slice(&Codec::encode_v3(p.tombstone, k, v, None));
+            }
+        }
+    }
+
+    /// Place one record, encode it, and add its summary entry to its segment.
     /// `more`: another record of the same request follows (the group flag).
     fn place_record(
         &self,
@@ -377,35 +397,51 @@ impl Engine {
         more: bool,
         new_segs: &mut Vec<u64>,
     ) -> Result<(Placed, Vec<u8>)> {
-        let mut bytes = p.bytes.clone();
-        let h =
-            peek_record(&bytes).ok_or_else(|| Error::Corruption("internal: bad record".into()))?;
-        let tomb = h.flags & REC_TOMBSTONE != 0;
         // A GC move keeps its sequence number: it is the same version, moved.
         let seq = match p.kind {
-            RecordKind::Relocate(_) => h.seq,
+            RecordKind::Relocate(_, seq) => seq,
             _ => {
                 ws.next_seq += 1;
                 ws.next_seq - 1
             }
         };
-        let (buf, off, used_up) = self.place(ws, bytes.len(), new_segs)?;
-        if matches!(p.kind, RecordKind::Relocate(_)) {
+        let base = p.len(self.layout.codec);
+        let (buf, off, mark, bytes, used_up) = match self.layout.codec {
+            Codec::V2 => {
+                let (buf, off, used_up) = self.place(ws, base, new_segs)?;
+                let flags =
+                    if p.tombstone { REC_TOMBSTONE } else { 0 } | if more { REC_MORE } else { 0 };
+                let b = Codec::encode_v2(seg_tag(buf.seq), seq, flags, p.key(), p.value());
+                (buf, off, None, b, used_up)
+            }
+            Codec::V3 => {
+                let (buf, s, used_up) =
+                    self.place_v3(ws, (base, seq, more, p.tombstone), new_segs)?;
+                let b = Codec::encode_v3(p.tombstone, p.key(), p.value(), s.trailer);
+                debug_assert_eq!(b.len(), s.len, "placement knew the record's length");
+                (buf, s.spot.record, s.mark_back(), b, used_up)
+            }
+        };
+        if matches!(p.kind, RecordKind::Relocate(..)) {
             self.gc_room_used.fetch_add(used_up, Relaxed);
         }
-        let flags = (h.flags & REC_TOMBSTONE) | if more { REC_MORE } else { 0 };
-        stamp(&mut bytes, seg_tag(buf.seq), seq, flags);
         segment_of(ws, &buf)?.push(SummaryEntry {
             digest: p.digest,
             seq,
             offset: off as u32,
             len: bytes.len() as u32,
-            tombstone: tomb,
+            tombstone: p.tombstone,
             more,
         });
         self.status.saw_seq(buf.band, seq);
-        let loc = Loc::new(buf.slot, off as u32, bytes.len() as u32, tomb);
-        Ok((Placed { buf, off, loc }, bytes))
+        let loc = Loc::new(buf.slot, off as u32, bytes.len() as u32, p.tombstone);
+        let placed = Placed {
+            buf,
+            off,
+            mark,
+            loc,
+        };
+        Ok((placed, bytes))
     }
 
     /// Make the group durable: the pad batch (tiered), or the segment tail
@@ -429,6 +465,11 @@ impl Engine {
         for (pl, st) in g.placed.iter().zip(g.stamped.iter()) {
             for (p, b) in pl.iter().zip(st.iter()) {
                 let mut d = p.buf.data.write();
+                if let Some((m, back)) = p.mark {
+                    let mut mark = Vec::with_capacity(v3::MARK_LEN);
+                    v3::encode_mark(&mut mark, seg_tag(p.buf.seq), back);
+                    d[m..m + mark.len()].copy_from_slice(&mark);
+                }
                 d[p.off..p.off + b.len()].copy_from_slice(b);
             }
         }
@@ -451,7 +492,7 @@ impl Engine {
 
     /// Point the index at `loc` for `rec`; returns 1 for a delete that found its key.
     fn apply_record(&self, rec: &PendingRecord, loc: Loc) -> u32 {
-        if let RecordKind::Relocate(old) = rec.kind {
+        if let RecordKind::Relocate(old, _) = rec.kind {
             if self.index.compare_exchange(rec.digest, old.0, loc.0) {
                 self.status.add_live(loc);
                 self.status.sub_live(old);
@@ -459,7 +500,7 @@ impl Engine {
             self.counters.gc_records_moved.fetch_add(1, Relaxed);
             self.counters
                 .gc_bytes_moved
-                .fetch_add(round_up(rec.bytes.len(), 8) as u64, Relaxed);
+                .fetch_add(loc.len8() as u64, Relaxed);
             return 0;
         }
         let old = self.index.insert(rec.digest, loc.0);
@@ -536,7 +577,6 @@ fn segment_of<'w>(ws: &'w mut WriteState, buf: &Arc<SegmentBuf>) -> Result<&'w m
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::encode_new;
     use crate::device::{Device, MemDevice};
     use crate::{Db, DeviceSpec, Options, PoolConfig};
     use std::time::Duration;
@@ -577,24 +617,24 @@ mod tests {
         let inner = &db.engine;
         let d = inner.digest(b"K");
         let loc = Loc(inner.index.get(d).expect("K indexed"));
-        let mut bytes = inner.read_record(loc).expect("read K");
-        bytes.truncate(peek_record(&bytes).expect("header").total_len()); // as GC copies it
+        let codec = inner.layout.codec;
+        let (k, v) = inner
+            .with_record(loc, |b| {
+                let r = codec.decode(b)?;
+                Ok((r.key.to_vec(), r.value.to_vec()))
+            })
+            .expect("read K");
         assert_ne!(canonical(d), d, "the full digest has more bits");
-        let mv = Req::new(
-            vec![PendingRecord {
-                digest: if summary_digest { canonical(d) } else { d },
-                bytes,
-                kind: RecordKind::Relocate(loc),
-            }],
-            WriteClass::Gc,
-        );
+        let mut m = PendingRecord::new(&k, &v, false, RecordKind::Relocate(loc, 1));
+        m.digest = if summary_digest { canonical(d) } else { d };
+        let mv = Req::new(vec![m], WriteClass::Gc, codec);
         let class = if user.kind == RecordKind::Delete {
             WriteClass::Delete
         } else {
             WriteClass::User
         };
         user.digest = d;
-        let w = Req::new(vec![user], class);
+        let w = Req::new(vec![user], class, codec);
         {
             let mut ws = inner.write_state.lock();
             inner
@@ -610,22 +650,14 @@ mod tests {
 
     #[test]
     fn a_move_after_a_delete_in_one_group_does_not_resurrect() {
-        let del = PendingRecord {
-            digest: 0,
-            bytes: encode_new(b"K", b"", REC_TOMBSTONE),
-            kind: RecordKind::Delete,
-        };
+        let del = PendingRecord::new(b"K", b"", true, RecordKind::Delete);
         move_and_write_in_one_group(del.clone(), None, false);
         move_and_write_in_one_group(del, None, true);
     }
 
     #[test]
     fn a_move_after_a_put_in_one_group_does_not_win() {
-        let put = PendingRecord {
-            digest: 0,
-            bytes: encode_new(b"K", b"new value", 0),
-            kind: RecordKind::Put,
-        };
+        let put = PendingRecord::new(b"K", b"new value", false, RecordKind::Put);
         move_and_write_in_one_group(put.clone(), Some(b"new value"), false);
         move_and_write_in_one_group(put, Some(b"new value"), true);
     }
@@ -650,20 +682,21 @@ mod tests {
         }
         // No free band at all: any GC-class request that needs one stalls.
         let hidden: Vec<u32> = inner.bands.lock().free.drain(..).collect();
-        let rec = |k: &[u8], n: usize| PendingRecord {
-            digest: inner.digest(k),
-            bytes: encode_new(k, &vec![1u8; n], 0),
-            kind: RecordKind::Put,
+        let rec = |k: &[u8], n: usize| {
+            let mut p = PendingRecord::new(k, &vec![1u8; n], false, RecordKind::Put);
+            p.digest = inner.digest(k);
+            p
         };
+        let codec = inner.layout.codec;
         // Another caller leads; its request x is queued first.
-        let x = Req::new(vec![rec(b"x", 100)], WriteClass::Replay);
+        let x = Req::new(vec![rec(b"x", 100)], WriteClass::Replay, codec);
         assert!(
             inner.requests.push(std::slice::from_ref(&x)),
             "no leader yet"
         );
         // A GC-style submit of two requests queues behind x and waits.
-        let r1 = Req::new(vec![rec(b"r1", 100)], WriteClass::Gc);
-        let r2 = Req::new(vec![rec(b"r2", 5000)], WriteClass::Gc);
+        let r1 = Req::new(vec![rec(b"r1", 100)], WriteClass::Gc, codec);
+        let r2 = Req::new(vec![rec(b"r2", 5000)], WriteClass::Gc, codec);
         let i2 = inner.clone();
         let t = std::thread::spawn(move || i2.submit_all(vec![r1, r2]));
         while inner.requests.debug_state().0 < 3 {
@@ -696,7 +729,11 @@ mod tests {
     #[test]
     fn the_cursor_predicts_placement() {
         let dev = MemDevice::new(16 << 20);
-        let db = Db::create(&pool(&dev), opts()).expect("create");
+        let cfg = PoolConfig {
+            format_version: Some(2),
+            ..pool(&dev)
+        };
+        let db = Db::create(&cfg, opts()).expect("create");
         let inner = &db.engine;
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         let mut kinds = [0u32; 3];
@@ -738,6 +775,65 @@ mod tests {
         }
         // Every kind of size was tried.
         assert!(kinds.iter().all(|&n| n > 20), "{kinds:?}");
+        db.close().expect("close");
+    }
+
+    /// Version 3: the cursor cannot follow marks, skips and trailers exactly,
+    /// so it must never end before placement does. Batches of records of
+    /// every kind of size, each admitted from the engine's admission cursor
+    /// as `select` does, must end no further on than the cursor said.
+    #[test]
+    fn the_v3_cursor_never_ends_before_placement() {
+        let dev = MemDevice::new(64 << 20);
+        let db = Db::create(&pool(&dev), opts()).expect("create");
+        let inner = &db.engine;
+        assert_eq!(inner.layout.codec, Codec::V3);
+        let spb = inner.layout.slots_per_band;
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for i in 0..150u64 {
+            let mut b = crate::WriteBatch::new();
+            let mut lens = Vec::new();
+            for j in 0..1 + next() % 40 {
+                if lens.iter().sum::<usize>() > 150 << 10 {
+                    break; // a group is at most half a band's payload
+                }
+                let r = next();
+                let len = match r % 8 {
+                    0 => (16 << 10) + (r >> 8) as usize % (40 << 10),
+                    1..=3 => 3000 + (r >> 8) as usize % 2000,
+                    _ => 1 + (r >> 8) as usize % 300,
+                };
+                let k = format!("k{i}-{j}");
+                b.put(k.as_bytes(), &vec![1u8; len]).expect("put");
+                lens.push(Codec::V3.base_len(k.len(), len));
+            }
+            let (mut c, free, left) = {
+                let ws = inner.write_state.lock();
+                let c = inner.admission_cursor(&ws);
+                (c, inner.bands.lock().free_count(), c.band_left)
+            };
+            for &n in &lens {
+                c.place(&inner.layout, n);
+            }
+            if c.bands_taken > free.saturating_sub(2) {
+                break; // admission would refuse it
+            }
+            db.write(b).expect("write");
+            let ws = inner.write_state.lock();
+            let taken = (free - inner.bands.lock().free_count()) as u64;
+            let used = taken * spb + left - inner.admission_cursor(&ws).band_left;
+            let said = c.bands_taken as u64 * spb + left - c.band_left;
+            assert!(
+                used <= said,
+                "batch {i}: {used} slots used, cursor said {said}"
+            );
+        }
         db.close().expect("close");
     }
 }

@@ -17,7 +17,6 @@ use super::scanner::{BandScanner, Found};
 use super::state::{ActiveFlag, Engine};
 use super::writer_jobs::{Waiter, WriterJob};
 use crate::config::GcPolicy;
-use crate::device::round_up;
 use crate::error::{Error, Result};
 use crate::format::*;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -415,7 +414,8 @@ impl<'a> Mover<'a> {
         if e.index.get(se.digest) != Some(loc.0) {
             return Ok(());
         }
-        let Some(rec) = rec.filter(|r| decode_record(r).is_ok()) else {
+        let codec = e.layout.codec;
+        let Some(r) = rec.and_then(|r| codec.decode(r).ok()) else {
             tracing::warn!(
                 slot,
                 offset = se.offset,
@@ -432,15 +432,17 @@ impl<'a> Mover<'a> {
             }
             return Ok(());
         }
-        // Strip the group flag: a moved record stands alone.
-        let mut bytes = rec.to_vec();
-        bytes[REC_FLAGS_AT] &= !REC_MORE;
-        self.bytes += round_up(bytes.len(), 8);
-        self.moves.push(PendingRecord {
-            digest: se.digest,
-            bytes,
-            kind: RecordKind::Relocate(loc),
-        });
+        // Re-encoded where it lands; the group flag is not kept: a moved
+        // record stands alone.
+        let mut m = PendingRecord::new(
+            r.key,
+            r.value,
+            r.tombstone,
+            RecordKind::Relocate(loc, se.seq),
+        );
+        m.digest = se.digest;
+        self.bytes += m.pad_len(codec);
+        self.moves.push(m);
         if self.bytes >= e.max_group_bytes() / 2 {
             self.flush()?;
         }
@@ -520,7 +522,7 @@ fn submit_moves(e: &Engine, moves: &mut Vec<PendingRecord>) -> Result<()> {
     // write is dropped alone; the group commit still writes them together.
     let reqs: Vec<_> = moves
         .drain(..)
-        .map(|m| Req::new(vec![m], WriteClass::Gc))
+        .map(|m| Req::new(vec![m], WriteClass::Gc, e.layout.codec))
         .collect();
     e.submit_all(reqs).map(|_| ())
 }

@@ -3,7 +3,8 @@
 //!
 //! A lone put that keeps its record's exact length rewrites the record's 4 KiB
 //! page through the single writer and syncs before the ack. The record keeps
-//! the old one's segment tag, sequence number and flags, so the segment's
+//! the old one's segment tag, sequence number and flags (version 3: its seq
+//! trailer), so the segment's
 //! summary still describes it and nothing else (index, space accounting,
 //! checkpoints, recovery) changes. A single 4 KiB page write is atomic on the
 //! media this mode is for (power-loss protected SCM), so a crash leaves the
@@ -11,7 +12,7 @@
 //! seqlock when a read overlapped an update.
 
 use super::band::BandState;
-use super::request::{stamp, Outcome, PendingRecord, Req};
+use super::request::{Outcome, PendingRecord, Req};
 use super::state::Engine;
 use super::writer_jobs::WriterJob;
 use crate::device::{round_down64, AlignedBuf};
@@ -33,11 +34,7 @@ impl Engine {
         let Some((dev, abs)) = self.in_place_target(p) else {
             return Ok(false);
         };
-        let len = p.bytes.len();
         let page = round_down64(abs, 4096);
-        if abs + len as u64 > page + 4096 {
-            return Ok(false);
-        }
         let i = match pages.iter().position(|(d, o, _)| *d == dev && *o == page) {
             Some(i) => i,
             None => {
@@ -52,20 +49,33 @@ impl Engine {
         };
         let at = (abs - page) as usize;
         let img = &mut pages[i].2;
-        let old = &img[at..at + len];
-        let Ok((h, old_key, _)) = decode_record(old) else {
-            return Ok(false); // not a record we can vouch for: append instead
-        };
-        let new_h = peek_record(&p.bytes)
-            .ok_or_else(|| Error::Corruption("internal: bad record".into()))?;
-        let new_key = &p.bytes[RECORD_HEADER..RECORD_HEADER + new_h.key_len as usize];
-        if h.total_len() != len || h.flags & REC_TOMBSTONE != 0 || old_key != new_key {
+        // A record that runs past the page does not decode from it.
+        let Some(bytes) = self.rewrite_like(&img[at..], p) else {
             return Ok(false);
-        }
-        let mut bytes = p.bytes.clone();
-        stamp(&mut bytes, h.seg_tag, h.seq, h.flags);
-        img[at..at + len].copy_from_slice(&bytes);
+        };
+        img[at..at + bytes.len()].copy_from_slice(&bytes);
         Ok(true)
+    }
+
+    /// `p` encoded as the live record `old` of the same key and exact length
+    /// would be, keeping its tag, seq and flags; `None` if `old` is not a
+    /// record we can vouch for (append instead), a delete, another key's, or
+    /// of another length.
+    fn rewrite_like(&self, old: &[u8], p: &PendingRecord) -> Option<Vec<u8>> {
+        let new = match self.layout.codec {
+            Codec::V2 => {
+                let (h, key, _) = decode_record(old).ok()?;
+                let ok = h.flags & REC_TOMBSTONE == 0 && key == p.key();
+                ok.then(|| Codec::encode_v2(h.seg_tag, h.seq, h.flags, p.key(), p.value()))?
+            }
+            Codec::V3 => {
+                let r = v3::decode_v3_record(old).ok()?;
+                let ok = !r.tombstone && r.key == p.key();
+                ok.then(|| Codec::encode_v3(false, p.key(), p.value(), r.trailer))?
+            }
+        };
+        let old_len = self.layout.codec.decode(old).ok()?.len;
+        (new.len() == old_len).then_some(new)
     }
 
     /// The device and byte offset of `p`'s live record, if it may be overwritten:
@@ -73,7 +83,11 @@ impl Engine {
     /// record's exact length), on the device, in a band GC is not emptying.
     fn in_place_target(&self, p: &PendingRecord) -> Option<(usize, u64)> {
         let loc = Loc(self.index.get(p.digest)?);
-        if loc.is_tombstone() || Loc::len8_of(p.bytes.len()) != loc.len8() {
+        let codec = self.layout.codec;
+        let len = p.len(codec);
+        let may_fit =
+            len <= loc.len8() as usize && len + codec.max_extra() >= loc.len_min() as usize;
+        if loc.is_tombstone() || !may_fit {
             return None;
         }
         if self.segments.contains(loc.slot()) {

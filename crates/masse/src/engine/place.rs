@@ -11,7 +11,8 @@ use super::state::Engine;
 use super::writer_jobs::WriterJob;
 use crate::device::round_up;
 use crate::error::{Error, Result};
-use crate::format::{BandHeader, BAND_IN_USE, SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY};
+use crate::format::v3seg::{V3Cursor, V3Slot};
+use crate::format::{BandHeader, Loc, BAND_IN_USE, SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY};
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 
@@ -44,16 +45,7 @@ impl Engine {
         let len8 = round_up(len, 8);
         let mut used_up = 0u64;
         loop {
-            if ws.open.is_none() {
-                used_up += self.band_tail_skipped(ws, 1) + (SEG_HEADER + SEG_FOOTER) as u64;
-                let o = self.new_segment(ws, 1)?;
-                new_segs.push(o.buf.seq);
-                ws.open = Some(o);
-            }
-            let o = ws
-                .open
-                .as_mut()
-                .ok_or_else(|| Error::Corruption("internal: no open segment".into()))?;
+            let o = self.open_segment(ws, new_segs, &mut used_up)?;
             if let Some(off) = self.layout.fit(seg, o.used, o.entries.len(), len) {
                 let pad = (off - round_up(o.used, 8)) as u64;
                 self.status.placed(o.buf.band, o.buf.slot, len8 as u32, pad);
@@ -61,10 +53,7 @@ impl Engine {
                 o.used = off + len8;
                 return Ok((o.buf.clone(), off, used_up));
             }
-            if let Some(full) = ws.open.take() {
-                used_up += full.seal_waste(seg);
-                ws.close_segment(full);
-            }
+            self.close_open(ws, &mut used_up);
         }
     }
 
@@ -91,6 +80,94 @@ impl Engine {
         let buf = o.buf.clone();
         ws.close_segment(o);
         Ok((buf, SEG_HEADER, used_up))
+    }
+
+    /// Version 3: find room for a record of `base` bytes before its trailer
+    /// ([`crate::format::Codec::base_len`]) with sequence number `seq`;
+    /// returns the segment, where and how the record goes (mark, offset,
+    /// trailer, exact length) and the band payload it used up, as `place`.
+    /// A record goes to a segment of its own when it would not fit an empty
+    /// one as its first record (after a mark, with its absolute seq).
+    pub(super) fn place_v3(
+        &self,
+        ws: &mut WriteState,
+        rec: (usize, u64, bool, bool),
+        new_segs: &mut Vec<u64>,
+    ) -> Result<(Arc<SegmentBuf>, V3Slot, u64)> {
+        let (base, seq, more, tomb) = rec;
+        let first = V3Cursor::default().slot(base, seq, more, tomb);
+        let Some(k) = self.layout.own_slots(first.len) else {
+            return self.place_shared_v3(ws, rec, new_segs);
+        };
+        let seg = self.layout.seg as usize;
+        let mut used_up = 0u64;
+        if let Some(cur) = ws.open.take() {
+            used_up += cur.seal_waste(seg);
+            ws.close_segment(cur);
+        }
+        used_up += self.band_tail_skipped(ws, k) + k * seg as u64;
+        let mut o = self.new_segment(ws, k)?;
+        new_segs.push(o.buf.seq);
+        o.v3.advance(&first, seq);
+        o.used = o.v3.end;
+        self.status
+            .set_placed(o.buf.slot, Loc::len8_of(first.len) as u32);
+        let buf = o.buf.clone();
+        ws.close_segment(o);
+        Ok((buf, first, used_up))
+    }
+
+    /// Version 3: a record that shares a one-slot segment with others.
+    fn place_shared_v3(
+        &self,
+        ws: &mut WriteState,
+        (base, seq, more, tomb): (usize, u64, bool, bool),
+        new_segs: &mut Vec<u64>,
+    ) -> Result<(Arc<SegmentBuf>, V3Slot, u64)> {
+        let seg = self.layout.seg as usize;
+        let mut used_up = 0u64;
+        loop {
+            let o = self.open_segment(ws, new_segs, &mut used_up)?;
+            let s = o.v3.slot(base, seq, more, tomb);
+            if o.v3.need(&s) <= seg {
+                let gap = (s.spot.record - o.used) as u64;
+                let len8 = Loc::len8_of(s.len) as u32;
+                self.status.placed(o.buf.band, o.buf.slot, len8, gap);
+                used_up += gap + (s.len + s.entry_len) as u64;
+                o.v3.advance(&s, seq);
+                o.used = o.v3.end;
+                return Ok((o.buf.clone(), s, used_up));
+            }
+            self.close_open(ws, &mut used_up);
+        }
+    }
+
+    /// The open one-slot segment; if there is none, a new one (its header and
+    /// footer, and any band tail it skips, added to `used_up`).
+    fn open_segment<'w>(
+        &self,
+        ws: &'w mut WriteState,
+        new_segs: &mut Vec<u64>,
+        used_up: &mut u64,
+    ) -> Result<&'w mut OpenSegment> {
+        if ws.open.is_none() {
+            *used_up += self.band_tail_skipped(ws, 1) + (SEG_HEADER + SEG_FOOTER) as u64;
+            let o = self.new_segment(ws, 1)?;
+            new_segs.push(o.buf.seq);
+            ws.open = Some(o);
+        }
+        ws.open
+            .as_mut()
+            .ok_or_else(|| Error::Corruption("internal: no open segment".into()))
+    }
+
+    /// The open segment takes no more records: queue it for sealing (the
+    /// room it leaves unused added to `used_up`).
+    fn close_open(&self, ws: &mut WriteState, used_up: &mut u64) {
+        if let Some(full) = ws.open.take() {
+            *used_up += full.seal_waste(self.layout.seg as usize);
+            ws.close_segment(full);
+        }
     }
 
     /// Bytes of the open band that `new_segment(ws, k)` will leave unused.
@@ -155,6 +232,6 @@ impl Engine {
         self.bands.lock().bands[band as usize].inflight += 1;
         self.segments.insert(buf.clone());
         self.next_seg_hint.store(ws.next_seg, SeqCst);
-        Ok(OpenSegment::new(buf))
+        Ok(OpenSegment::new(buf, self.layout.codec))
     }
 }

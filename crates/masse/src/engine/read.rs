@@ -29,9 +29,10 @@ impl Engine {
                 return Ok(None);
             }
             let gen = self.inplace_gen.load(SeqCst);
+            let codec = self.layout.codec;
             let res = self.with_record(loc, |b| {
-                let (_, k, v) = decode_record(b)?;
-                Ok((k == key).then(|| v.to_vec()))
+                let r = codec.decode(b)?;
+                Ok((r.key == key).then(|| r.value.to_vec()))
             });
             match res {
                 Ok(Some(v)) => return Ok(Some(v)),
@@ -91,8 +92,8 @@ impl Engine {
         }
         reads.submit(self)?;
         for ((i, _, _, _, s, len), b) in reads.pending.iter().zip(reads.bufs.iter()) {
-            match decode_record(&b[*s..*s + len]) {
-                Ok((_, k, v)) if k == keys[*i] => out[*i] = Some(v.to_vec()),
+            match self.layout.codec.decode(&b[*s..*s + len]) {
+                Ok(r) if r.key == keys[*i] => out[*i] = Some(r.value.to_vec()),
                 _ => recheck.push(*i),
             }
         }
@@ -100,11 +101,6 @@ impl Engine {
             out[i] = self.get(keys[i])?;
         }
         Ok(out)
-    }
-
-    /// The bytes of the record at `loc` (from a DRAM buffer or one device read).
-    pub fn read_record(&self, loc: Loc) -> Result<Vec<u8>> {
-        self.with_record(loc, |b| Ok(b.to_vec()))
     }
 
     /// `f` applied to the bytes of the record at `loc`, read from its DRAM

@@ -12,10 +12,11 @@ use super::checkpoint::load_checkpoint;
 use super::pad::{replay_start, Batch, PadReader};
 use super::request::{PendingRecord, RecordKind};
 use super::scanner::{BandScanner, Found, Segment, Source};
-use super::segment::{OpenSegment, SegmentBuf, WriteState};
+use super::segment::{OpenSegment, SegmentBuf};
 use super::state::Engine;
 use crate::device::{round_up, AlignedBuf};
 use crate::error::{Error, Result};
+use crate::format::v3seg::V3Cursor;
 use crate::format::*;
 use crate::index::{fingerprint, Digest};
 use parking_lot::RwLock;
@@ -332,7 +333,7 @@ impl<'a> Replay<'a> {
         let placed: u64 = s
             .entries
             .iter()
-            .map(|e| round_up(e.len as usize, 8) as u64)
+            .map(|e| Loc::len8_of(e.len as usize) as u64)
             .sum();
         e.status.set_placed(slot, placed as u32);
         if s.source == Source::HeaderDamaged {
@@ -403,9 +404,7 @@ impl<'a> Replay<'a> {
             Some(l) if l.seq < s.seq => {
                 let lay = &self.e.layout;
                 let need = match l.seq + 2 == s.seq {
-                    true => lay
-                        .own_slots((s.prev_end as usize).saturating_sub(SEG_HEADER))
-                        .unwrap_or(1),
+                    true => lay.slots_of_end(s.prev_end as usize),
                     false => 1,
                 };
                 l.next_slot + need <= lay.slots_per_band
@@ -565,7 +564,7 @@ fn restore_state(
     }
     if let Some(p) = &rp.partial {
         if l.geo.mode != Mode::Tiered && ws.cur_band == Some(p.band) {
-            reopen_partial(e, &mut ws, p)?;
+            seal_partial(e, p)?;
         }
     }
     ws.next_seq = rp.max_seq + 1 + SEQ_GAP_AT_OPEN;
@@ -574,32 +573,31 @@ fn restore_state(
     Ok(())
 }
 
-/// Keep filling the partly written segment where the last run stopped.
-fn reopen_partial(e: &Engine, ws: &mut WriteState, p: &Partial) -> Result<()> {
+/// Seal the partly written segment the last run left open, so this run
+/// never appends to a segment an earlier run wrote; it opens the next slot.
+///
+/// Past `used` lie the remains of the write the crash interrupted: a torn
+/// record, or a whole record whose block landed although the group commit
+/// never completed — nothing acknowledged, yet valid-looking and of the same
+/// tag. After a sync of the records, they are erased and the summary and
+/// footer written, in one write from `used`'s block on, then synced; a torn
+/// write of it leaves the segment footerless, and the next open does it
+/// again.
+///
+/// Continuing the segment instead would make a burst of this run's group
+/// commit span it and a new segment whose sequence number does not follow
+/// its own (the epoch moved on): the new segment's header could not name it
+/// (`prev_end` describes segment `seq − 1`), so a power cut that kept the new
+/// segment's records but not the old one's tail would go unnoticed and the
+/// end of a batch be applied without its start (found by the `marks` crash
+/// scenario). Sealing costs the rest of one segment per open.
+fn seal_partial(e: &Engine, p: &Partial) -> Result<()> {
     let l = &e.layout;
     let seg = l.seg as usize;
     let mut buf = AlignedBuf::new(seg);
     buf.copy_from_slice(&p.data[..seg]);
-    let slot = l.first_slot(p.band) + p.slot_in_band;
-    // Past `used` lie the remains of the write the crash interrupted: a torn
-    // record, or a whole record whose block landed although the group commit
-    // never completed — nothing acknowledged, yet valid-looking and of the same
-    // tag. Once new records fill the gap, a later recovery would parse on
-    // into them and bring back writes that were never acknowledged. Erase
-    // them, on the device too, before anything new is appended.
     buf[p.used..].fill(0);
-    let from = p.used / 4096 * 4096;
-    let (dev, base) = l.slot_addr(slot);
-    let d = &e.pool.caps[dev];
-    d.write_at(&buf[from..], base + from as u64)
-        .map_err(|err| {
-            Error::io(
-                &d.info().path,
-                "erasing the torn tail of the open segment",
-                err,
-            )
-        })?;
-    crate::pool::sync(d, "erasing the torn tail of the open segment")?;
+    let slot = l.first_slot(p.band) + p.slot_in_band;
     let sb = Arc::new(SegmentBuf {
         size: seg,
         slot,
@@ -608,21 +606,30 @@ fn reopen_partial(e: &Engine, ws: &mut WriteState, p: &Partial) -> Result<()> {
         band: p.band,
         data: RwLock::new(buf),
     });
-    e.segments.insert(sb.clone());
-    e.bands.lock().bands[p.band as usize].inflight += 1;
-    let (mn, mx) = p
-        .entries
-        .iter()
-        .fold((u64::MAX, 0), |(a, b), se| (a.min(se.seq), b.max(se.seq)));
-    ws.open = Some(OpenSegment {
-        buf: sb,
+    let v3: Vec<_> = p.entries.iter().map(SummaryEntry::to_v3).collect();
+    let mut o = OpenSegment {
+        buf: sb.clone(),
         used: p.used,
         entries: p.entries.clone(),
-        min_seq: mn,
-        max_seq: mx,
+        min_seq: p.entries.iter().map(|se| se.seq).min().unwrap_or(u64::MAX),
+        max_seq: p.entries.iter().map(|se| se.seq).max().unwrap_or(0),
         flushed: p.used,
-    });
-    Ok(())
+        codec: l.codec,
+        v3: V3Cursor::after(&v3),
+    };
+    o.seal(e.tag);
+    let from = p.used / 4096 * 4096;
+    let (dev, base) = l.slot_addr(slot);
+    let d = &e.pool.caps[dev];
+    let what = "sealing the segment the last run left open";
+    // The records were read back, but a process that died (rather than
+    // lost power) may have left them in a write cache: make them durable
+    // before a footer vouches for them (the two-phase seal, design.md §4.7).
+    crate::pool::sync(d, what)?;
+    let data = sb.data.read();
+    d.write_at(&data[from..], base + from as u64)
+        .map_err(|err| Error::io(&d.info().path, what, err))?;
+    crate::pool::sync(d, what)
 }
 
 /// Step 5: parse the pad ring from its durable tail; set the ring state to
@@ -646,8 +653,9 @@ fn read_pad(e: &Engine) -> Result<Vec<Vec<PendingRecord>>> {
                     let lost = b.header.batch_seq - expect;
                     e.counters.corruptions.fetch_add(lost, Relaxed);
                     e.warn(format!(
-                        "write pad: {lost} batch(es) from number {expect} at offset {v} damaged;                          their writes are lost unless they had reached the capacity tier;                          the {} later batches were replayed",
-                        "intact"
+                        "write pad: {lost} batch(es) from number {expect} at offset {v} damaged; \
+                         their writes are lost unless they had reached the capacity tier; \
+                         the intact later batches were replayed"
                     ));
                     b
                 }
@@ -669,19 +677,18 @@ fn read_pad(e: &Engine) -> Result<Vec<Vec<PendingRecord>>> {
 /// The records of one pad batch, as one atomic group to re-apply.
 fn pad_records(e: &Engine, b: &Batch) -> Result<Vec<PendingRecord>> {
     let payload = b.payload();
+    let codec = e.layout.codec;
     let mut off = 0usize;
     let mut recs = Vec::new();
     while off < payload.len() {
-        let (hd, k, _) = decode_record(&payload[off..])?;
-        let len = hd.total_len();
-        let mut bytes = payload[off..off + len].to_vec();
-        bytes[REC_FLAGS_AT] &= !REC_MORE;
-        recs.push(PendingRecord {
-            digest: e.digest(k),
-            bytes,
-            kind: RecordKind::Replay,
-        });
-        off += round_up(len, 8);
+        let r = codec.decode(&payload[off..])?;
+        let mut p = PendingRecord::new(r.key, r.value, r.tombstone, RecordKind::Replay);
+        p.digest = e.digest(r.key);
+        recs.push(p);
+        off += match codec {
+            Codec::V2 => round_up(r.len, 8),
+            Codec::V3 => r.len,
+        };
     }
     Ok(recs)
 }

@@ -6,8 +6,7 @@
 //! (`commit.rs`), the others sleep on their request until it is done or they
 //! are handed the leadership.
 
-use crate::device::round_up;
-use crate::format::{retag_record, Loc, REC_FLAGS_AT, REC_SEQ_AT};
+use crate::format::{Codec, Loc};
 use crate::index::Digest;
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
@@ -39,19 +38,75 @@ impl WriteClass {
 pub(crate) enum RecordKind {
     Put,
     Delete,
-    /// GC move: applied only if the index still points at `old`.
-    Relocate(Loc),
+    /// GC move of the record at `old` with sequence number `seq`, which it
+    /// keeps (it is the same version, moved): applied only if the index still
+    /// points at `old`.
+    Relocate(Loc, u64),
     /// Pad replay at open: always applied.
     Replay,
 }
 
-/// A record on its way into a group commit.
+/// A record on its way into a group commit: what it says, in no format yet.
+/// The leader encodes it once its place (and so its seq, tag or trailer) is
+/// known.
 #[derive(Clone)]
 pub(crate) struct PendingRecord {
     pub digest: Digest,
-    /// Encoded record (seq and seg tag are stamped by the leader, except for moves).
-    pub bytes: Vec<u8>,
+    /// The key, then the value.
+    pub kv: Vec<u8>,
+    pub key_len: usize,
+    pub tombstone: bool,
     pub kind: RecordKind,
+}
+
+impl PendingRecord {
+    /// A record of `key` and `value` (empty for a delete); its digest is set
+    /// by the caller, who knows the pool.
+    pub fn new(key: &[u8], value: &[u8], tombstone: bool, kind: RecordKind) -> PendingRecord {
+        let mut kv = Vec::with_capacity(key.len() + value.len());
+        kv.extend_from_slice(key);
+        kv.extend_from_slice(value);
+        PendingRecord {
+            digest: 0,
+            kv,
+            key_len: key.len(),
+            tombstone,
+            kind,
+        }
+    }
+
+    pub fn key(&self) -> &[u8] {
+        &self.kv[..self.key_len]
+    }
+
+    pub fn value(&self) -> &[u8] {
+        &self.kv[self.key_len..]
+    }
+
+    /// Its length before placement in `codec`'s format ([`Codec::base_len`]).
+    pub fn len(&self, codec: Codec) -> usize {
+        codec.base_len(self.key_len, self.kv.len() - self.key_len)
+    }
+
+    /// What it counts against a write batch's limit ([`crate::Db::max_batch_bytes`]):
+    /// a version-2 record's padded size, in every format. A version-3 record
+    /// with its seq trailer and summary entry takes about as much (a tiny
+    /// one, 8 + 1 + 1 + 12 bytes against 32), so a batch within the limit
+    /// (half a band's payload without a fast tier) still spans at most two
+    /// bands, which GC's handling of groups across bands assumes; counting
+    /// version 3's 8-byte header instead would let a batch of tiny records
+    /// take more than a band.
+    pub fn batch_cost(&self) -> usize {
+        crate::device::round_up(crate::format::RECORD_HEADER + self.kv.len(), 8)
+    }
+
+    /// Bytes it takes in a pad batch: version 2 pads records to 8 bytes.
+    pub fn pad_len(&self, codec: Codec) -> usize {
+        match codec {
+            Codec::V2 => crate::device::round_up(self.len(codec), 8),
+            Codec::V3 => self.len(codec),
+        }
+    }
 }
 
 /// How a request ended.
@@ -67,6 +122,8 @@ pub(crate) enum Outcome {
 pub(crate) struct Req {
     pub recs: Vec<PendingRecord>,
     pub class: WriteClass,
+    /// Bytes its records take in a pad batch.
+    bytes: usize,
     state: Mutex<ReqState>,
     cv: Condvar,
 }
@@ -85,8 +142,9 @@ pub(crate) enum Wake {
 }
 
 impl Req {
-    pub fn new(recs: Vec<PendingRecord>, class: WriteClass) -> Arc<Req> {
+    pub fn new(recs: Vec<PendingRecord>, class: WriteClass, codec: Codec) -> Arc<Req> {
         Arc::new(Req {
+            bytes: recs.iter().map(|p| p.pad_len(codec)).sum(),
             recs,
             class,
             state: Mutex::new(ReqState::default()),
@@ -116,9 +174,9 @@ impl Req {
             self.cv.wait(&mut g);
         }
     }
-    /// Bytes the request's records take in a segment.
+    /// Bytes the request's records take in a pad batch.
     pub fn bytes(&self) -> usize {
-        self.recs.iter().map(|p| round_up(p.bytes.len(), 8)).sum()
+        self.bytes
     }
 }
 
@@ -182,12 +240,4 @@ impl RequestQueue {
         let done = q.reqs.iter().filter(|r| r.is_done()).count();
         (q.reqs.len(), q.leader, done)
     }
-}
-
-/// Rewrite seq, flags and seg tag of an encoded record and recompute its crc:
-/// the leader stamps each record once its place is known.
-pub(crate) fn stamp(rec: &mut [u8], seg_tag: u32, seq: u64, flags: u8) {
-    rec[REC_SEQ_AT..REC_SEQ_AT + 8].copy_from_slice(&seq.to_le_bytes());
-    rec[REC_FLAGS_AT] = flags;
-    retag_record(rec, seg_tag);
 }

@@ -21,6 +21,7 @@
 use crate::device::{AlignedBuf, Device};
 use crate::error::{Error, Result};
 use crate::format::*;
+use crate::format::{v3, v3seg};
 use crate::index::Digest;
 use crate::layout::{Layout, MAX_STRADDLE_PAD};
 use std::sync::Arc;
@@ -233,14 +234,12 @@ impl<'a> BandScanner<'a> {
     fn read_segment(&mut self, i: u64, seq: u64, k: u64) -> Result<Segment<'_>> {
         let tag = self.tag;
         let digest = self.digest;
+        let codec = self.l.codec;
         let data = self.slots(i, k)?;
-        let summary = decode_footer(data)
-            .filter(|f| f.segment_seq == seq && f.pool_tag == tag)
-            .and_then(|f| decode_summary(data, &f).ok().map(|e| (e, f.data_len)));
-        let (entries, used, source) = match summary {
-            Some((e, used)) => (e, used as usize, Source::Summary),
+        let (entries, used, source) = match codec.decode_tail(data, seq, tag) {
+            Some((e, used)) => (e, used, Source::Summary),
             None => {
-                let (e, used) = parse_records(data, seq, digest);
+                let (e, used) = parse_segment(codec, data, seq, digest);
                 (e, used, Source::Parsed)
             }
         };
@@ -267,8 +266,8 @@ impl<'a> BandScanner<'a> {
         next: Option<(u64, u64)>,
         until: u64,
     ) -> Result<Option<Segment<'_>>> {
-        let first = self.slots(i, 1)?;
-        let Some(h) = peek_record(&first[SEG_HEADER..]) else {
+        let codec = self.l.codec;
+        let Some((tag, lens)) = first_record(codec, self.slots(i, 1)?) else {
             return Ok(None);
         };
         let lo = self.first_seq.max(last_seq + 1);
@@ -276,19 +275,31 @@ impl<'a> BandScanner<'a> {
             Some((_, seq)) => seq,
             None => lo.saturating_add(until - i),
         };
-        let Some(seq) = (lo..hi).find(|&c| seg_tag(c) == h.seg_tag) else {
+        let Some(seq) = (lo..hi).find(|&c| seg_tag(c) == tag) else {
             return Ok(None);
         };
-        let k = self.l.own_slots(h.total_len()).unwrap_or(1);
-        if i + k > self.l.slots_per_band || next.is_some_and(|(j, _)| i + k > j) {
-            return Ok(None);
-        }
+        // Version 3 knows the first record's length only up to its trailer:
+        // try each segment size it allows; the one whose record parses and
+        // gives that size is the writer's.
+        let l = self.l;
         let digest = self.digest;
-        let data = self.slots(i, k)?;
-        let (entries, used) = parse_records(data, seq, digest);
-        if entries.is_empty() {
-            return Ok(None);
+        let mut ks: Vec<u64> = lens.map(|n| l.own_slots(n).unwrap_or(1)).to_vec();
+        ks.dedup();
+        let fits = |k: u64| i + k <= l.slots_per_band && !next.is_some_and(|(j, _)| i + k > j);
+        let mut found = None;
+        for k in ks.into_iter().filter(|&k| fits(k)) {
+            let (entries, used) = parse_segment(codec, self.slots(i, k)?, seq, digest);
+            let first_k = entries
+                .first()
+                .map(|f| l.own_slots(f.len as usize).unwrap_or(1));
+            if first_k == Some(k) {
+                found = Some((k, entries, used));
+                break;
+            }
         }
+        let Some((k, entries, used)) = found else {
+            return Ok(None);
+        };
         Ok(Some(Segment {
             slot: i,
             nslots: k,
@@ -297,7 +308,7 @@ impl<'a> BandScanner<'a> {
             used,
             source: Source::HeaderDamaged,
             prev_end: 0,
-            data,
+            data: self.slots(i, k)?,
         }))
     }
 
@@ -353,7 +364,47 @@ impl<'a> BandScanner<'a> {
     }
 }
 
-/// Parse the records of a segment without a (valid) summary: records are
+/// The segment tag the first record of a slot carries (version 3: its mark)
+/// and the least and most its length (as the segment's first record) may
+/// be, from a header nobody has checksummed yet.
+fn first_record(codec: Codec, slot: &[u8]) -> Option<(u32, [usize; 2])> {
+    match codec {
+        Codec::V2 => {
+            let h = peek_record(&slot[SEG_HEADER..])?;
+            Some((h.seg_tag, [h.total_len(); 2]))
+        }
+        Codec::V3 => {
+            let at = SEG_HEADER + v3::MARK_LEN;
+            let (k, v, _) = codec.peek(&slot[at..])?;
+            let tag = slot.get(SEG_HEADER + 4..at)?;
+            let base = codec.base_len(k, v);
+            Some((
+                u32::from_le_bytes(tag.try_into().ok()?),
+                [base + 1, base + codec.max_extra()],
+            ))
+        }
+    }
+}
+
+/// Parse the records of a segment without a (valid) summary, in the pool's
+/// format: [`parse_records`], or `v3seg::parse_v3_records`.
+pub(crate) fn parse_segment(
+    codec: Codec,
+    seg: &[u8],
+    seq: u64,
+    digest: &dyn Fn(&[u8]) -> Digest,
+) -> (Vec<SummaryEntry>, usize) {
+    match codec {
+        Codec::V2 => parse_records(seg, seq, digest),
+        Codec::V3 => {
+            let limit = MAX_LOC_OFFSET as usize;
+            let (es, end) = v3seg::parse_v3_records(seg, seg_tag(seq), limit, digest);
+            (es.iter().map(SummaryEntry::from).collect(), end)
+        }
+    }
+}
+
+/// Parse the records of a version-2 segment without a (valid) summary: records are
 /// self-checking and carry their segment's tag, so stale bytes from an earlier
 /// use of the slot are never taken for records. Returns the entries and the end
 /// of the last record.

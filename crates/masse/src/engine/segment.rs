@@ -8,8 +8,10 @@
 //! made a segment durable, reads find its records here.
 
 use crate::device::AlignedBuf;
+use crate::format::v3::{encode_v3_tail, V3Entry, V3Footer, V3_FOOTER};
+use crate::format::v3seg::{encode_v3_summary, with_skips, V3Cursor};
 use crate::format::{
-    encode_segment_tail, SegmentFooter, SegmentHeader, SummaryEntry, SEG_FOOTER, SEG_HEADER,
+    encode_segment_tail, Codec, SegmentFooter, SegmentHeader, SummaryEntry, SEG_FOOTER, SEG_HEADER,
     SUMMARY_ENTRY,
 };
 use parking_lot::RwLock;
@@ -66,10 +68,13 @@ pub(crate) struct OpenSegment {
     pub max_seq: u64,
     /// Bytes from the start already durable on the device (capacity-only partial flushes).
     pub flushed: usize,
+    pub codec: Codec,
+    /// Version 3: where the next record goes (its `end` is `used`).
+    pub v3: V3Cursor,
 }
 
 impl OpenSegment {
-    pub fn new(buf: Arc<SegmentBuf>) -> OpenSegment {
+    pub fn new(buf: Arc<SegmentBuf>, codec: Codec) -> OpenSegment {
         OpenSegment {
             buf,
             used: SEG_HEADER,
@@ -77,6 +82,16 @@ impl OpenSegment {
             min_seq: u64::MAX,
             max_seq: 0,
             flushed: 0,
+            codec,
+            v3: V3Cursor::default(),
+        }
+    }
+
+    /// Bytes of the summary and footer sealing writes.
+    fn tail_len(&self) -> usize {
+        match self.codec {
+            Codec::V2 => self.entries.len() * SUMMARY_ENTRY + SEG_FOOTER,
+            Codec::V3 => self.v3.sum_len + V3_FOOTER,
         }
     }
 
@@ -89,38 +104,62 @@ impl OpenSegment {
 
     /// Room left unused if this one-slot segment is sealed now.
     pub fn seal_waste(&self, seg: usize) -> u64 {
-        seg.saturating_sub(self.used + self.entries.len() * SUMMARY_ENTRY + SEG_FOOTER) as u64
+        seg.saturating_sub(self.used + self.tail_len()) as u64
     }
 
     /// Write summary and footer: the segment takes no more records.
     pub fn seal(&mut self, pool_tag: u64) {
+        let (min_seq, max_seq) = match self.entries.is_empty() {
+            true => (0, self.max_seq),
+            false => (self.min_seq, self.max_seq),
+        };
+        let mut d = self.buf.data.write();
+        if self.codec == Codec::V3 {
+            let mut es: Vec<V3Entry> = self.entries.iter().map(SummaryEntry::to_v3).collect();
+            with_skips(&mut es);
+            let sum = encode_v3_summary(&es);
+            debug_assert_eq!(sum.len(), self.v3.sum_len, "the cursor counted the summary");
+            let f = V3Footer {
+                segment_seq: self.buf.seq,
+                pool_tag,
+                nrec: es.len() as u32,
+                nslots: self.buf.nslots,
+                data_len: self.used as u32,
+                sum_len: sum.len() as u32,
+                min_seq,
+                max_seq,
+            };
+            encode_v3_tail(&mut d, &sum, &f);
+            return;
+        }
         let f = SegmentFooter {
             segment_seq: self.buf.seq,
             pool_tag,
             nrec: self.entries.len() as u32,
             nslots: self.buf.nslots,
             data_len: self.used as u32,
-            min_seq: if self.entries.is_empty() {
-                0
-            } else {
-                self.min_seq
-            },
-            max_seq: self.max_seq,
+            min_seq,
+            max_seq,
         };
-        let mut d = self.buf.data.write();
         encode_segment_tail(&mut d, &self.entries, &f);
     }
 
     /// Room left for one more record's bytes: its summary entry and the footer
-    /// must fit too (an exactly full segment has none left).
+    /// must fit too (an exactly full segment has none left). Version 3
+    /// counts the entry at its longest.
     pub fn room_left(&self) -> u32 {
-        let meta = (self.entries.len() + 1) * SUMMARY_ENTRY + SEG_FOOTER;
-        self.buf.size.saturating_sub(self.used + meta) as u32
+        let entry = match self.codec {
+            Codec::V2 => SUMMARY_ENTRY,
+            Codec::V3 => crate::format::v3seg::V3_MAX_ENTRY,
+        };
+        self.buf
+            .size
+            .saturating_sub(self.used + self.tail_len() + entry) as u32
     }
 
     /// Where the summary starts (the first byte sealing writes).
     pub fn summary_start(&self) -> usize {
-        self.buf.size - SEG_FOOTER - self.entries.len() * SUMMARY_ENTRY
+        self.buf.size - self.tail_len()
     }
 }
 

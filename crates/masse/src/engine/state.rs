@@ -17,7 +17,7 @@ use super::writer_jobs::{WriterJob, WriterQueue};
 use crate::config::Options;
 use crate::device::round_up;
 use crate::error::{Error, Result};
-use crate::format::{Loc, EPOCH_AREA, EPOCH_OFFSET, SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY};
+use crate::format::{Codec, Loc, EPOCH_AREA, EPOCH_OFFSET, SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY};
 use crate::index::{Digest, Index, IndexOptions};
 use crate::layout::{Layout, MAX_STRADDLE_PAD};
 use crate::pool::Pool;
@@ -93,7 +93,7 @@ pub(crate) struct Engine {
 impl Engine {
     /// The state of a pool opened in `epoch`, before recovery fills it.
     pub fn new(pool: Pool, opts: Options, epoch: u64) -> Engine {
-        let layout = Layout::new(pool.geo.clone());
+        let layout = Layout::new(pool.geo.clone(), Codec::of_version(pool.version));
         let pad = pool.fast.as_ref().map(|f| {
             let g = &pool.geo;
             PadRing::new(

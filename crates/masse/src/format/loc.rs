@@ -70,7 +70,12 @@ impl Loc {
             | len_code(len) << 1
             | tombstone as u64)
     }
-    /// What [`Loc::len8`] returns for a record of `len` bytes.
+    /// The 12-bit length code of a record of `len` bytes (below 4096).
+    pub fn len_code_of(len: usize) -> u32 {
+        len_code(len.min(u32::MAX as usize) as u32) as u32
+    }
+    /// The length bound of a record of `len` bytes, rounded up to 8: what
+    /// [`Loc::len8`] gives for it.
     pub fn len8_of(len: usize) -> u32 {
         len_of_code(len_code(len.min(u32::MAX as usize) as u32)).next_multiple_of(8)
     }

@@ -18,16 +18,19 @@
 mod band;
 mod bytes;
 mod checkpoint;
+mod codec;
 mod loc;
 mod pad;
 mod record;
 mod segment;
 mod superblock;
 pub mod v3;
+pub mod v3seg;
 mod version;
 
 pub use band::{BandHeader, BAND_FREE, BAND_HEADER_COPY, BAND_IN_USE};
 pub use checkpoint::{BandRecord, CheckpointHeader, BAND_RECORD, CKPT_HEADER};
+pub use codec::{record_footprint, Codec, Rec};
 pub use loc::{Loc, MAX_LOC_OFFSET, MAX_SLOTS};
 pub use pad::{
     encode_batch, peek_batch, verify_batch, BatchHeader, PadHeader, BATCH_HEADER, BATCH_WRAP,
@@ -39,8 +42,8 @@ pub use record::{
     REC_MORE, REC_SEG_TAG_AT, REC_SEQ_AT, REC_TOMBSTONE, REC_VAL_LEN_AT,
 };
 pub use segment::{
-    decode_footer, decode_summary, encode_segment_tail, record_footprint, SegmentFooter,
-    SegmentHeader, SummaryEntry, SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY,
+    decode_footer, decode_summary, encode_segment_tail, SegmentFooter, SegmentHeader, SummaryEntry,
+    SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY,
 };
 pub use superblock::{
     EpochBlock, Geometry, Mode, Role, Superblock, SuperblockProbe, EPOCH_AREA, EPOCH_OFFSET,

@@ -3,7 +3,6 @@
 //! end.
 
 use super::bytes::{le32, le64, Get, Put};
-use super::record::record_len;
 use super::version::FORMAT_VERSION;
 use crate::error::{Error, Result};
 
@@ -202,14 +201,6 @@ pub fn decode_summary(seg: &[u8], f: &SegmentFooter) -> Result<Vec<SummaryEntry>
         });
     }
     Ok(out)
-}
-
-/// Bytes one record takes in a capacity segment: its encoding padded to 8
-/// bytes, plus its entry in the segment summary. An estimate for sizing a
-/// pool from a record count; band and segment headers and free space are not
-/// included.
-pub fn record_footprint(key_len: usize, value_len: usize) -> u64 {
-    (record_len(key_len, value_len) as u64).div_ceil(8) * 8 + SUMMARY_ENTRY as u64
 }
 
 #[cfg(test)]

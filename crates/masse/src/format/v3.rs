@@ -1,8 +1,8 @@
 //! Format version 3 codecs: the leaner record, block mark, summary entry and
 //! footer of `docs/plans/issue18-format-v3-and-index.md` §2, as pure
-//! functions. **Not yet used by the engine** (issue 18 item 2 wires them in:
-//! placement, commit, GC, scanner, recovery, check and reads); the engine
-//! still writes and reads format version 2 (`record.rs`, `segment.rs`).
+//! functions. Pools created by this build write them (`codec.rs` chooses per
+//! pool; `v3seg.rs` places records in a segment and parses them back);
+//! pools of versions 1 and 2 keep `record.rs` and `segment.rs`.
 //!
 //! What changes against version 2, per record of Table 4 (23-byte keys,
 //! 100-byte values): a 24-byte header and padding to 8 bytes become an 8-byte
@@ -21,8 +21,8 @@ use crate::error::{Error, Result};
 pub const V3_HEADER: usize = 8;
 /// Bytes of a block mark.
 pub const MARK_LEN: usize = 8;
-/// Magic of a block mark, "MBLK".
-pub const MARK_MAGIC: u32 = 0x4B4C_424D;
+/// Magic of a block mark, "MB".
+pub const MARK_MAGIC: u16 = 0x424D;
 /// The block every mark and straddle rule is about.
 pub const BLOCK: usize = 4096;
 /// Every record seq is below this (a trailer keeps two flag bits beside it).
@@ -281,15 +281,24 @@ pub fn decode_v3_record(b: &[u8]) -> Result<V3Record<'_>> {
     })
 }
 
-/// Append a block mark for the segment tagged `tag` to `out`.
-pub fn encode_mark(out: &mut Vec<u8>, tag: u32) {
+/// Append a block mark for the segment tagged `tag` to `out`. `back`: the
+/// zero bytes between the end of the segment's previous record and the mark
+/// (a skip gap, or the few bytes a mark moved past to share its record's
+/// block; 0 otherwise). A reader that jumps a gap checks it, so a gap that
+/// hides a record lost to a torn write is not jumped.
+pub fn encode_mark(out: &mut Vec<u8>, tag: u32, back: u16) {
     out.extend_from_slice(&MARK_MAGIC.to_le_bytes());
+    out.extend_from_slice(&back.to_le_bytes());
     out.extend_from_slice(&tag.to_le_bytes());
 }
 
-/// Is there a mark of the segment tagged `tag` at the start of `b`?
-pub fn is_mark(b: &[u8], tag: u32) -> bool {
-    b.len() >= MARK_LEN && le32(b, 0) == MARK_MAGIC && le32(b, 4) == tag
+/// Is there a mark of the segment tagged `tag`, `back` bytes after the end of
+/// the previous record, at the start of `b`?
+pub fn is_mark(b: &[u8], tag: u32, back: usize) -> bool {
+    b.len() >= MARK_LEN
+        && u16::from_le_bytes([b[0], b[1]]) == MARK_MAGIC
+        && u16::from_le_bytes([b[2], b[3]]) as usize == back
+        && le32(b, 4) == tag
 }
 
 /// Where the next record of a segment goes (plan §2.2, §2.3). `end` is the
@@ -716,37 +725,6 @@ mod tests {
         (i as u128 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834)
     }
 
-    /// The writer's spot and trailer for a record: the trailer depends on
-    /// whether a mark precedes it, and the spot on the record's length, so
-    /// place again until both agree.
-    /// Near the straddle limit the two can flip-flop; then skip, with a mark
-    /// (any choice decodes: the summary records it).
-    fn spot_and_trailer(
-        chain: SeqChain,
-        end: usize,
-        open: Option<usize>,
-        k: usize,
-        r: &Rec,
-    ) -> (Spot, SeqChain, Option<Trailer>) {
-        let mut marked = spot(end, open, false).mark.is_some();
-        for _ in 0..2 {
-            let mut c = chain;
-            if marked {
-                c.mark();
-            }
-            let t = c.trailer_for(r.0, r.1);
-            let s = place_v3(end, open, v3_record_len(k, r.3.len(), t));
-            if s.mark.is_some() == marked {
-                return (s, c, t);
-            }
-            marked = s.mark.is_some();
-        }
-        let mut c = chain;
-        c.mark();
-        let t = c.trailer_for(r.0, r.1);
-        (spot(end, open, true), c, t)
-    }
-
     /// The writer's side: place, mark, trailer, summary entry, until the next
     /// record does not fit.
     fn write_segment(seg: usize, k: usize, recs: &[Rec]) -> Written {
@@ -765,39 +743,31 @@ mod tests {
             data: vec![0u8; SEG_HEADER],
             entries: Vec::new(),
         };
-        let (mut chain, mut open_block, mut expect) = (SeqChain::default(), None, 0u64);
+        let (mut cur, mut expect) = (crate::format::v3seg::V3Cursor::default(), 0u64);
         for (i, r) in recs.iter().enumerate() {
             let key: Vec<u8> = (0..k).map(|j| (i + j) as u8).collect();
-            let (s, c, t) = spot_and_trailer(chain, w.data.len(), open_block, k, r);
-            let len = v3_record_len(k, r.3.len(), t);
-            let e = V3Entry {
-                digest: canonical_digest(digest_of(i)),
-                seq: r.0,
-                offset: s.record as u32,
-                len: len as u32,
-                skip: s.skip,
-                tombstone: r.2,
-                more: r.1,
-            };
-            if s.record + len + w.sum.len() + v3_entry_len(&e, expect) + V3_FOOTER > seg {
+            let s = cur.slot(V3_HEADER + k + r.3.len(), r.0, r.1, r.2);
+            let e = s.entry(canonical_digest(digest_of(i)), r.0, r.2);
+            if cur.need(&s) > seg {
                 break;
             }
-            chain = c;
-            if let Some(m) = s.mark {
+            if let Some(m) = s.spot.mark {
+                let back = (m - w.data.len()) as u16;
                 w.data.resize(m, 0);
-                encode_mark(&mut w.data, 0xabcd);
+                encode_mark(&mut w.data, 0xabcd, back);
             }
-            w.data.resize(s.record, 0);
-            encode_v3_record(&mut w.data, r.2, &key, &r.3, t);
+            w.data.resize(s.spot.record, 0);
+            encode_v3_record(&mut w.data, r.2, &key, &r.3, s.trailer);
+            assert_eq!(w.data.len(), s.spot.record + s.len);
             let (before, want) = (w.sum.len(), v3_entry_len(&e, expect));
             encode_v3_entry(&mut w.sum, &e, &mut expect);
             assert_eq!(
-                w.sum.len() - before,
-                want,
+                (w.sum.len() - before, want),
+                (s.entry_len, s.entry_len),
                 "v3_entry_len predicts the entry"
             );
             w.entries.push(e);
-            open_block = Some(s.record / BLOCK);
+            cur.advance(&s, r.0);
             w.foot.min_seq = w.foot.min_seq.min(r.0);
             w.foot.max_seq = w.foot.max_seq.max(r.0);
         }
@@ -816,7 +786,7 @@ mod tests {
             let s = spot(end, open_block, e.skip);
             assert_eq!(s.record as u32, e.offset);
             if let Some(m) = s.mark {
-                assert!(is_mark(&data[m..], 0xabcd), "mark at {m}");
+                assert!(is_mark(&data[m..], 0xabcd, m - end), "mark at {m}");
                 assert_eq!(
                     m / BLOCK,
                     s.record / BLOCK,

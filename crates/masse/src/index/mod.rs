@@ -941,7 +941,7 @@ mod tests {
         }
         let mut sum = 0u64;
         ix.for_each(|l| sum += l);
-        assert_eq!(sum, (0..10_000u64).sum());
+        assert_eq!(sum, (0..10_000u64).sum::<u64>());
         let mut per_shard = 0u64;
         for sh in 0..ix.shard_count() + 1 {
             ix.for_each_in_shard(sh, |l| per_shard += l);
