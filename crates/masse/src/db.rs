@@ -133,11 +133,13 @@ impl Db {
         let (e, rx) = (engine.clone(), engine.writer.open());
         db.spawn("masse-writer", "writer", move || writer::run(e, rx))?;
         let npad = pad_recs.iter().map(|g| g.len() as u64).sum();
-        let reqs = pad_recs
-            .into_iter()
-            .map(|g| Req::new(g, WriteClass::Replay, engine.layout.codec))
-            .collect();
-        engine.submit_all(reqs)?;
+        // One group at a time, in order, each after GC made room if needed.
+        let codec = engine.layout.codec;
+        for g in pad_recs {
+            let lens: Vec<usize> = g.iter().map(|p| p.len(codec)).collect();
+            gc::room_for_replay(&engine, &lens)?;
+            engine.submit_all(vec![Req::new(g, WriteClass::Replay, codec)])?;
+        }
         if let Some(p) = &engine.pad {
             p.end_hold();
         }

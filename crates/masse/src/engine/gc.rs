@@ -138,6 +138,35 @@ pub(crate) fn wait_for_space(e: &Engine, class: WriteClass, lens: &[usize]) -> R
     }
 }
 
+/// At open, before pad group `lens` is replayed: if its records would not
+/// find free bands, run GC passes first. Replay re-places records whose older
+/// copies then die, so a long replay (a writer far behind at the crash) can
+/// fill the free bands while full ones hold only garbage; without GC here
+/// the open failed with "no free band" (found by the `reuse-untrimmed`
+/// crash scenario). GC's moves go through the pad (tiered), so it runs only
+/// while the pad has room for them besides the region held for replay;
+/// otherwise placement reports the shortage as before.
+pub(crate) fn room_for_replay(e: &Engine, lens: &[usize]) -> Result<()> {
+    let fits = || {
+        let ws = e.write_state.lock();
+        let mut c = e.admission_cursor(&ws);
+        e.admit(&mut c, WriteClass::Gc, lens.iter().copied())
+    };
+    let pad_room = || {
+        let spare = 2 * e.layout.band_payload();
+        e.pad.as_ref().is_none_or(|p| p.used() + spare <= p.size)
+    };
+    for _ in 0..e.layout.bands {
+        if fits() || !pad_room() {
+            return Ok(());
+        }
+        if let GcOutcome::NoVictim = gc_pass(e, Pass::ForSpace)? {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
 /// One GC pass (serialised by `gc_lock`).
 pub(crate) fn gc_pass(e: &Engine, why: Pass) -> Result<GcOutcome> {
     // An open iterator holds the GC lock for its whole life; a writer stalled

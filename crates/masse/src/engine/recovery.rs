@@ -536,7 +536,22 @@ fn restore_state(
         let mut bt = e.bands.lock();
         for (b, first) in hdrs.first.iter().enumerate() {
             let info = &mut bt.bands[b];
+            // A band whose header says in use but in which neither the scan
+            // nor the checkpoint found a segment, and which holds no indexed
+            // record, is free: a header the last run wrote before any of its
+            // segments landed. Left in use, such bands would be lost to the
+            // pad replay that follows, which may need them (the
+            // `reuse-untrimmed` crash scenario found a pool that could not
+            // open). Reusing it writes a new header first.
+            let empty = rp.written[b] == 0
+                && e.status.band_live(b) == 0
+                && !hdrs.inferred[b]
+                && newest != Some(b as u32);
             match first {
+                Some(_) if empty => {
+                    info.state = BandState::Free;
+                    bt.free.push_back(b as u32);
+                }
                 Some(fs) => {
                     info.state = if hdrs.inferred[b] {
                         BandState::Pinned
