@@ -65,16 +65,9 @@ impl Engine {
         k: u64,
         new_segs: &mut Vec<u64>,
     ) -> Result<(Arc<SegmentBuf>, usize, u64)> {
-        let seg = self.layout.seg as usize;
         let len8 = round_up(len, 8);
         let mut used_up = 0u64;
-        if let Some(cur) = ws.open.take() {
-            used_up += cur.seal_waste(seg);
-            ws.close_segment(cur);
-        }
-        used_up += self.band_tail_skipped(ws, k) + k * seg as u64;
-        let mut o = self.new_segment(ws, k)?;
-        new_segs.push(o.buf.seq);
+        let mut o = self.own_segment(ws, k, new_segs, &mut used_up)?;
         o.used = SEG_HEADER + len8;
         self.status.set_placed(o.buf.slot, len8 as u32);
         let buf = o.buf.clone();
@@ -99,15 +92,8 @@ impl Engine {
         let Some(k) = self.layout.own_slots(first.len) else {
             return self.place_shared_v3(ws, rec, new_segs);
         };
-        let seg = self.layout.seg as usize;
         let mut used_up = 0u64;
-        if let Some(cur) = ws.open.take() {
-            used_up += cur.seal_waste(seg);
-            ws.close_segment(cur);
-        }
-        used_up += self.band_tail_skipped(ws, k) + k * seg as u64;
-        let mut o = self.new_segment(ws, k)?;
-        new_segs.push(o.buf.seq);
+        let mut o = self.own_segment(ws, k, new_segs, &mut used_up)?;
         o.v3.advance(&first, seq);
         o.used = o.v3.end;
         self.status
@@ -159,6 +145,23 @@ impl Engine {
         ws.open
             .as_mut()
             .ok_or_else(|| Error::Corruption("internal: no open segment".into()))
+    }
+
+    /// A new segment of `k` slots for one record; the open segment is closed
+    /// first (its unused room, any band tail skipped and the `k` slots added
+    /// to `used_up`).
+    fn own_segment(
+        &self,
+        ws: &mut WriteState,
+        k: u64,
+        new_segs: &mut Vec<u64>,
+        used_up: &mut u64,
+    ) -> Result<OpenSegment> {
+        self.close_open(ws, used_up);
+        *used_up += self.band_tail_skipped(ws, k) + k * self.layout.seg;
+        let o = self.new_segment(ws, k)?;
+        new_segs.push(o.buf.seq);
+        Ok(o)
     }
 
     /// The open segment takes no more records: queue it for sealing (the
