@@ -381,10 +381,7 @@ impl Engine {
                 payload.extend_from_slice(placed);
                 payload.resize(round_up(payload.len(), 8), 0);
             }
-            Codec::V3 => {
-                let (k, v) = (p.key(), p.value());
-                payload.extend_from_slice(&Codec::encode_v3(p.tombstone, k, v, None));
-            }
+            Codec::V3 => v3::encode_v3_record(payload, p.tombstone, p.key(), p.value(), None),
         }
     }
 

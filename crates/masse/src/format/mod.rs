@@ -37,9 +37,9 @@ pub use pad::{
     PAD_HEADER_SIZE,
 };
 pub use record::{
-    decode_record, encode_record, encode_record_unsealed, peek_record, record_key, record_len,
-    retag_record, seg_tag, RecordHeader, RECORD_HEADER, REC_CRC_AT, REC_FLAGS_AT, REC_KEY_LEN_AT,
-    REC_MORE, REC_SEG_TAG_AT, REC_SEQ_AT, REC_TOMBSTONE, REC_VAL_LEN_AT,
+    decode_record, encode_record, peek_record, record_len, seg_tag, RecordHeader, RECORD_HEADER,
+    REC_CRC_AT, REC_FLAGS_AT, REC_KEY_LEN_AT, REC_MORE, REC_SEG_TAG_AT, REC_SEQ_AT, REC_TOMBSTONE,
+    REC_VAL_LEN_AT,
 };
 pub use segment::{
     decode_footer, decode_summary, encode_segment_tail, SegmentFooter, SegmentHeader, SummaryEntry,

@@ -74,9 +74,8 @@ pub fn encode_record(out: &mut [u8], seg_tag: u32, seq: u64, flags: u8, key: &[u
     out[REC_CRC_AT..REC_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// Like [`encode_record`] but leaves the crc zero, for a record whose seq and
-/// segment tag are stamped (and crc computed, by [`retag_record`]) later.
-pub fn encode_record_unsealed(
+/// [`encode_record`] before the crc.
+fn encode_record_unsealed(
     out: &mut [u8],
     seg_tag: u32,
     seq: u64,
@@ -99,13 +98,6 @@ pub fn encode_record_unsealed(
     }
 }
 
-/// Re-stamp an encoded record with a new segment tag (recomputes the crc).
-pub fn retag_record(rec: &mut [u8], seg_tag: u32) {
-    rec[REC_SEG_TAG_AT..REC_SEG_TAG_AT + 4].copy_from_slice(&seg_tag.to_le_bytes());
-    let crc = crc32c::crc32c(&rec[REC_SEG_TAG_AT..]);
-    rec[REC_CRC_AT..REC_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
-}
-
 /// Parse the header at the start of `b` without checking the crc.
 pub fn peek_record(b: &[u8]) -> Option<RecordHeader> {
     if b.len() < RECORD_HEADER {
@@ -122,12 +114,6 @@ pub fn peek_record(b: &[u8]) -> Option<RecordHeader> {
         return None;
     }
     Some(h)
-}
-
-/// The key of an encoded record (whose header is known to be well formed).
-pub fn record_key(rec: &[u8]) -> &[u8] {
-    let n = u16::from_le_bytes([rec[REC_KEY_LEN_AT], rec[REC_KEY_LEN_AT + 1]]) as usize;
-    &rec[RECORD_HEADER..RECORD_HEADER + n]
 }
 
 /// Parse and verify a whole record at the start of `b`: returns the header, key and value.
