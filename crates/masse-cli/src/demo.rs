@@ -185,6 +185,13 @@ pub struct DemoArgs {
     #[arg(long, value_name = "F", value_parser = duty_arg)]
     pub gc_duty: Option<f64>,
 
+    /// Free bands below which background GC starts (`Options::gc_low_bands`).
+    /// Free bands hold no data, so the steady state keeps about this many idle:
+    /// fewer leave more room to GC in (less write amplification), more absorb
+    /// longer write bursts before a writer waits for GC. Default: the engine's.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(3..))]
+    pub gc_low_bands: Option<u32>,
+
     /// Whether GC TRIMs the bands it frees: `auto` on drives but not on pool files,
     /// where the TRIM is a hole punch that stalls concurrent gets.
     #[arg(long, value_enum, value_name = "WHEN", default_value = "auto")]
@@ -741,6 +748,8 @@ struct Workload {
     writer_inflight_bytes: u64,
     trim: TrimArg,
     gc_duty: f64,
+    /// `None`: the engine's automatic watermark.
+    gc_low_bands: Option<u32>,
     seed: u64,
     record_bytes: u64,
     data_bytes: u64,
@@ -862,6 +871,10 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
                 .gc_duty
                 .map(|d| format!("; GC duty {d}"))
                 .unwrap_or_default()
+            + &a
+                .gc_low_bands
+                .map(|n| format!("; GC below {n} free bands"))
+                .unwrap_or_default()
             + match trim {
                 TrimArg::Auto => "",
                 TrimArg::Always => "; TRIM always",
@@ -879,6 +892,9 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
         opts.gc_duty = d;
     }
     let gc_duty = opts.gc_duty;
+    if let Some(n) = a.gc_low_bands {
+        opts.gc_low_bands = n;
+    }
     if let Some(b) = a.writer_inflight {
         opts.writer_inflight_bytes = b as usize;
     }
@@ -926,6 +942,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
             writer_inflight_bytes,
             trim,
             gc_duty,
+            gc_low_bands: a.gc_low_bands,
             seed: a.seed,
             record_bytes: rec,
             data_bytes: data,
