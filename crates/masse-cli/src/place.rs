@@ -109,7 +109,7 @@ struct Sizing {
 
 /// Size the capacity file (and, unless given, segments and bands) so that `data` bytes
 /// are about `util` of the capacity tier, with enough bands (about 128) that GC's free-band
-/// reserve (max(4, bands/16)) stays a small share of it.
+/// watermark (bands/32 within [5, 16]) stays a small share of it.
 fn size_for_utilization(data: u64, util: f64, geo: &GeometryArgs, has_fast: bool) -> Sizing {
     let target = (data as f64 / util).ceil() as u64;
     let iu = geo.iu.unwrap_or(4096).max(4096);

@@ -202,12 +202,14 @@ impl TrimPolicy {
 pub struct Options {
     /// Write an index checkpoint after this many bytes reach the capacity tier (0 = only at close).
     pub checkpoint_interval: u64,
-    /// Start GC when free bands drop to this many (0 = automatic: max(4, bands/16)).
+    /// Start GC when free bands drop below this many (0 = automatic: bands/32 within
+    /// [5, 16], at most half the bands; design.md §9.1).
     pub gc_low_bands: u32,
     /// How GC picks the band to empty.
     pub gc_policy: GcPolicy,
     /// Share of wall time a background GC pass spends working while free
-    /// bands are not short (at least half the low watermark): after each
+    /// bands are not short (at least half the low watermark, and more than one
+    /// band above the user writes' reserve): after each
     /// segment it reads and moves, it rests `worked × (1/duty − 1)`, at most
     /// 50 ms. Its reads and moves then reach the capacity device spread out
     /// rather than back to back, so gets queue behind fewer of them. 1.0 =
