@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Band GC simulator: what victim choice, the free-band watermark and hot/cold
+separation of GC moves do to write amplification, before building them.
+
+One record is one unit; a band holds S records; GC empties the sealed band with
+the best score whenever fewer than --low bands are free and re-places its live
+records. Streams: `mixed` puts GC moves in the band user writes fill (masse
+today); `sep` gives GC moves a band of their own; `sep2` splits them by how often
+a record was moved before (once / more). With --ordered (the default), a record
+may only land in a band opened after the band holding its key's live copy (masse's
+"later position = newer version", design.md §10.5); otherwise it goes to the
+newest open band, and the share of such forced placements is printed.
+
+It counts records, not bytes: multiply by the format's own overhead (Table 4's
+1.17 with format 3) to compare with `masse demo`'s host WAF. The whole run is
+counted, the fill included, as `masse demo --phases fill,overwrite` does.
+
+Example (docs/plans/issue18-hot-cold.md):
+    bench/gc-sim.py --dist zipf --modes mixed,sep --policies greedy,cb --low 8,4
+"""
+import argparse
+import bisect
+import itertools
+import random
+
+
+class Sim:
+    def __init__(self, keys, bands, util, policy, mode, low, ordered, seed):
+        self.S = int(keys / (util * bands))
+        self.NB, self.policy, self.mode, self.low, self.ordered = bands, policy, mode, low, ordered
+        self.rnd = random.Random(seed)
+        self.loc = [-1] * keys          # band of each key's live copy
+        self.moves_of = [0] * keys      # times each key's record was moved by GC
+        self.live = [0] * bands
+        self.sealed_at = [0] * bands    # bands sealed before this one (its age clock)
+        self.order = [0] * bands        # opening order: masse's band first_seq
+        self.state = ["free"] * bands
+        self.free = list(range(bands))
+        self.members = [set() for _ in range(bands)]
+        self.open = {}                  # stream -> [band, records in it]
+        self.opened = self.sealed = 0
+        self.user = self.moved = self.forced = 0
+
+    def open_band(self, st):
+        b = self.free.pop(0)
+        self.state[b] = "open"
+        self.opened += 1
+        self.order[b] = self.opened
+        self.open[st] = [b, 0]
+
+    def room(self, st):
+        """The open band of stream `st`, sealing a full one first."""
+        if st not in self.open:
+            self.open_band(st)
+        if self.open[st][1] >= self.S:
+            b = self.open[st][0]
+            self.state[b] = "sealed"
+            self.sealed += 1
+            self.sealed_at[b] = self.sealed
+            self.open_band(st)
+        return self.open[st][0]
+
+    def target(self, k, st):
+        b = self.room(st)
+        old = self.loc[k]
+        if not self.ordered or old < 0 or b == old or self.order[b] > self.order[old]:
+            return st
+        self.forced += 1
+        newest = max(self.open, key=lambda s: self.order[self.open[s][0]])
+        self.room(newest)
+        return newest
+
+    def place(self, k, st):
+        st = self.target(k, st)
+        b, old = self.open[st][0], self.loc[k]
+        if old >= 0:
+            self.live[old] -= 1
+            self.members[old].discard(k)
+        self.loc[k] = b
+        self.live[b] += 1
+        self.members[b].add(k)
+        self.open[st][1] += 1
+
+    def score(self, b):
+        u = self.live[b] / self.S
+        if self.policy == "greedy":
+            return 1 - u
+        return (1 - u) * max(1, self.sealed - self.sealed_at[b]) / (1 + u)
+
+    def gc(self):
+        v = max((b for b in range(self.NB) if self.state[b] == "sealed"), key=self.score)
+        for k in list(self.members[v]):
+            self.moves_of[k] += 1
+            st = {"mixed": "user", "sep": "gc"}.get(self.mode)
+            if st is None:
+                st = "gc%d" % min(self.moves_of[k], 2)
+            self.place(k, st)
+            self.moved += 1
+        self.state[v] = "free"
+        self.free.append(v)
+
+    def write(self, k):
+        while len(self.free) < self.low:
+            self.gc()
+        self.place(k, "user")
+        self.user += 1
+
+
+def drawer(dist, keys, theta, rnd):
+    if dist == "uniform":
+        return lambda: rnd.randrange(keys)
+    # Zipfian over ranks, ranks scattered over the keys (YCSB's scrambled zipfian).
+    cdf = list(itertools.accumulate(1.0 / (i + 1) ** theta for i in range(keys)))
+    perm = list(range(keys))
+    rnd.shuffle(perm)
+    return lambda: perm[min(keys - 1, bisect.bisect_left(cdf, rnd.random() * cdf[-1]))]
+
+
+def run(a, dist, mode, policy, low):
+    sim = Sim(a.keys, a.bands, a.utilization, policy, mode, low, not a.unordered, a.seed)
+    draw = drawer(dist, a.keys, a.theta, sim.rnd)
+    for k in range(a.keys):
+        sim.write(k)
+    for _ in range(int(a.overwrites * a.keys)):
+        sim.write(draw())
+    total = sim.user + sim.moved
+    return total / sim.user, sim.forced / total
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dist", default="uniform,zipf", help="uniform and/or zipf (comma-separated)")
+    p.add_argument("--modes", default="mixed,sep", help="mixed, sep, sep2 (comma-separated)")
+    p.add_argument("--policies", default="greedy,cb", help="greedy and/or cb (cost-benefit)")
+    p.add_argument("--low", default="8", help="free-band watermarks (comma-separated)")
+    p.add_argument("--keys", type=int, default=200_000, help="keys (masse demo's 2e6, scaled by 1/10)")
+    p.add_argument("--bands", type=int, default=133, help="bands (masse demo's pool at --utilization 0.8)")
+    p.add_argument("--utilization", type=float, default=0.8)
+    p.add_argument("--overwrites", type=float, default=5.5, help="overwrites per key after the fill")
+    p.add_argument("--theta", type=float, default=0.99)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--unordered", action="store_true", help="ignore the position-order rule")
+    a = p.parse_args()
+    for dist in a.dist.split(","):
+        for low in map(int, a.low.split(",")):
+            for mode in a.modes.split(","):
+                for policy in a.policies.split(","):
+                    waf, forced = run(a, dist, mode, policy, low)
+                    print(f"{dist:8} low={low:<3} {mode:6} {policy:6} WAF {waf:.3f}  forced {forced * 100:.1f} %",
+                          flush=True)
+
+
+if __name__ == "__main__":
+    main()
