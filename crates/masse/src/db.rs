@@ -37,6 +37,9 @@ pub struct Activity {
 /// A masse pool, open for reads and writes. `Send + Sync`: share it with `Arc`.
 pub struct Db {
     pub(crate) engine: Arc<Engine>,
+    /// The writer thread, joined last: background work still needs it.
+    writer: Mutex<Option<JoinHandle<()>>>,
+    /// Background threads (maintenance), joined before the writer is drained.
     threads: Mutex<Vec<JoinHandle<()>>>,
     closed: AtomicBool,
 }
@@ -127,11 +130,12 @@ impl Db {
         let pad_recs = recovery::recover(&engine, clean)?;
         let db = Db {
             engine: engine.clone(),
+            writer: Mutex::new(None),
             threads: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
         };
         let (e, rx) = (engine.clone(), engine.writer.open());
-        db.spawn("masse-writer", "writer", move || writer::run(e, rx))?;
+        *db.writer.lock() = Some(spawn("masse-writer", "writer", move || writer::run(e, rx))?);
         let npad = pad_recs.iter().map(|g| g.len() as u64).sum();
         // One group at a time, in order, each after GC made room if needed.
         let codec = engine.layout.codec;
@@ -145,18 +149,9 @@ impl Db {
         }
         log_open(&engine, t0, npad);
         let e = engine.clone();
-        db.spawn("masse-maint", "maintenance", move || maintenance::run(e))?;
+        let h = spawn("masse-maint", "maintenance", move || maintenance::run(e))?;
+        db.threads.lock().push(h);
         Ok(db)
-    }
-
-    /// Start an engine thread; `close` and `Drop` join it.
-    fn spawn(&self, name: &str, what: &str, f: impl FnOnce() + Send + 'static) -> Result<()> {
-        let h = std::thread::Builder::new()
-            .name(name.into())
-            .spawn(f)
-            .map_err(|e| Error::Closed(format!("cannot start the {what} thread: {e}")))?;
-        self.threads.lock().push(h);
-        Ok(())
     }
 
     /// Store `value` under `key`. Returns once the write is durable.
@@ -373,6 +368,13 @@ impl Db {
             *s = true;
             e.stop.1.notify_all();
         }
+        // Background work ends first (a GC pass stops at its next segment): a
+        // pass still running moved records while the index was checkpointed and
+        // then found the writer gone, failing the database at close, so the
+        // clean epoch was skipped.
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
         // A database that failed says so at close, with the cause.
         let mut res = if clean { e.check_failed() } else { Ok(()) };
         if clean && res.is_ok() {
@@ -383,7 +385,7 @@ impl Db {
         }
         // Stop the writer: closing its queue ends its loop once drained.
         e.writer.close();
-        for t in self.threads.lock().drain(..) {
+        if let Some(t) = self.writer.lock().take() {
             let _ = t.join();
         }
         if clean && res.is_ok() && e.check_failed().is_ok() {
@@ -495,6 +497,14 @@ fn log_open(e: &Engine, t0: Instant, npad: u64) {
     r.warnings
         .iter()
         .for_each(|w| tracing::warn!(warning = %w, "recovery found damage"));
+}
+
+/// Start an engine thread; `close` and `Drop` join it.
+fn spawn(name: &str, what: &str, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map_err(|e| Error::Closed(format!("cannot start the {what} thread: {e}")))
 }
 
 impl Drop for Db {

@@ -288,7 +288,8 @@ pub struct Stats {
     pub checkpoints_skipped: u64,
     /// Duration of the last checkpoint, µs.
     pub last_checkpoint_us: u64,
-    /// How the last open recovered: "checkpoint", "scan" or "clean".
+    /// How the last open recovered: "checkpoint" or "scan", followed by
+    /// " (clean shutdown)" when the pool had been closed cleanly.
     pub recovery_source: String,
     /// Duration of the last open's recovery, µs.
     pub recovery_us: u64,

@@ -63,14 +63,15 @@ fn wait_tick(e: &Engine) -> bool {
 fn collect(e: &Engine) {
     for _ in 0..64 {
         let free = e.bands.lock().free_count();
-        if free >= low_watermark(e) || *e.stop.0.lock() {
+        if free >= low_watermark(e) || e.stopping() {
             break;
         }
         match gc_pass(e, Pass::Background) {
             Ok(GcOutcome::Freed { .. }) => {}
             Ok(GcOutcome::NoVictim) => break,
             Err(err) => {
-                if !matches!(err, Error::NoSpace(_)) {
+                // A pass that close cut short (`Error::Closed`) failed nothing.
+                if !matches!(err, Error::NoSpace(_)) && !e.stopping() {
                     e.fail(format!("GC failed: {err}"));
                 }
                 break;

@@ -147,6 +147,11 @@ impl Engine {
         }
     }
 
+    /// Whether the database is closing (`stop` is set).
+    pub fn stopping(&self) -> bool {
+        *self.stop.0.lock()
+    }
+
     pub fn check_failed(&self) -> Result<()> {
         match &*self.failed.lock() {
             Some(m) => Err(Error::Closed(m.clone())),
