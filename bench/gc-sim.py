@@ -6,10 +6,12 @@ One record is one unit; a band holds S records; GC empties the sealed band with
 the best score whenever fewer than --low bands are free and re-places its live
 records. Streams: `mixed` puts GC moves in the band user writes fill (masse
 today); `sep` gives GC moves a band of their own; `sep2` splits them by how often
-a record was moved before (once / more). With --ordered (the default), a record
+a record was moved since it was last written (once / more). By default a record
 may only land in a band opened after the band holding its key's live copy (masse's
 "later position = newer version", design.md §10.5); otherwise it goes to the
-newest open band, and the share of such forced placements is printed.
+newest open band, and the share of such forced placements is printed
+(--unordered drops the rule). The rule here covers keys with a live copy only;
+docs/plans/issue18-hot-cold.md §3 gives the whole rule.
 
 It counts records, not bytes: multiply by the format's own overhead (Table 4's
 1.17 with format 3) to compare with `masse demo`'s host WAF. The whole run is
@@ -30,7 +32,7 @@ class Sim:
         self.NB, self.policy, self.mode, self.low, self.ordered = bands, policy, mode, low, ordered
         self.rnd = random.Random(seed)
         self.loc = [-1] * keys          # band of each key's live copy
-        self.moves_of = [0] * keys      # times each key's record was moved by GC
+        self.moves_of = [0] * keys      # times each key's current record was moved by GC
         self.live = [0] * bands
         self.sealed_at = [0] * bands    # bands sealed before this one (its age clock)
         self.order = [0] * bands        # opening order: masse's band first_seq
@@ -102,6 +104,7 @@ class Sim:
     def write(self, k):
         while len(self.free) < self.low:
             self.gc()
+        self.moves_of[k] = 0
         self.place(k, "user")
         self.user += 1
 
