@@ -12,7 +12,15 @@ use std::time::{Duration, Instant};
 fn churn(duty: f64) -> Stats {
     let p = MemPool::tiered(64 << 20, 32 << 20).with_geometry(16 << 10, 256 << 10);
     let (db, ver) = churn_on(&p, duty);
-    for (i, v) in ver.iter().enumerate().step_by(7) {
+    check_values(&db, &ver, 7);
+    let st = db.stats();
+    db.close().expect("close");
+    st
+}
+
+/// Every `step`-th key reads back at its newest version `ver`.
+fn check_values(db: &Db, ver: &[u64], step: usize) {
+    for (i, v) in ver.iter().enumerate().step_by(step) {
         let want = value(i as u64, *v, 200);
         assert_eq!(
             db.get(&key(i as u64)).expect("get").as_deref(),
@@ -20,9 +28,6 @@ fn churn(duty: f64) -> Stats {
             "key {i}"
         );
     }
-    let st = db.stats();
-    db.close().expect("close");
-    st
 }
 
 /// The churn of [`churn`] on pool `p`; the open database and each key's
@@ -76,14 +81,7 @@ fn a_close_during_a_gc_pass_is_clean() {
         st.to_text()
     );
     assert!(st.recovery_warnings.is_empty(), "{}", st.to_text());
-    for (i, v) in ver.iter().enumerate().step_by(3) {
-        let want = value(i as u64, *v, 200);
-        assert_eq!(
-            db.get(&key(i as u64)).expect("get").as_deref(),
-            Some(&want[..]),
-            "key {i}"
-        );
-    }
+    check_values(&db, &ver, 3);
     db.close().expect("close");
 }
 
