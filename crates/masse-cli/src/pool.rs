@@ -400,6 +400,8 @@ pub struct DeviceLayout {
 /// What a pool looks like: geometry and devices.
 #[derive(serde::Serialize, Clone, Debug)]
 pub struct PoolLayout {
+    /// On-disk format version (docs/format.md §1).
+    pub format_version: u32,
     pub geometry: Geometry,
     pub devices: Vec<DeviceLayout>,
 }
@@ -431,7 +433,11 @@ impl PoolLayout {
                 }
             })
             .collect();
-        PoolLayout { geometry, devices }
+        PoolLayout {
+            format_version: db.format_version(),
+            geometry,
+            devices,
+        }
     }
 
     /// Human-readable layout, one fact per line, indented by `ind`.
@@ -441,6 +447,7 @@ impl PoolLayout {
         let mut s = String::new();
         let total_bands: u64 = g.bands_per_device.iter().map(|&b| b as u64).sum();
         let _ = writeln!(s, "{ind}mode               {}", g.mode.name());
+        let _ = writeln!(s, "{ind}format version     {}", self.format_version);
         let _ = writeln!(
             s,
             "{ind}segment size       {}",

@@ -465,6 +465,12 @@ impl Db {
         &self.engine.pool.geo
     }
 
+    /// The pool's on-disk format version (docs/format.md §1): 3 for pools
+    /// `create` makes, 1 or 2 for older ones (which keep the version-2 records).
+    pub fn format_version(&self) -> u32 {
+        self.engine.pool.version
+    }
+
     /// Offline-style consistency check of the open pool: reads every live record
     /// and verifies checksums, keys against digests, and the space accounting.
     pub fn check(&self) -> Result<CheckReport> {

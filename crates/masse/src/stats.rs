@@ -202,6 +202,8 @@ pub struct DeviceStats {
 pub struct Stats {
     /// Pool configuration family.
     pub mode: &'static str,
+    /// On-disk format version of the pool (docs/format.md §1).
+    pub format_version: u32,
     /// User puts (including records inside batches).
     pub puts: u64,
     /// User gets.
@@ -329,6 +331,7 @@ impl Stats {
     fn text_writes(&self, s: &mut String) {
         use std::fmt::Write;
         let _ = writeln!(s, "mode                 {}", self.mode);
+        let _ = writeln!(s, "format version       {}", self.format_version);
         let _ = writeln!(
             s,
             "operations           puts {}  gets {} (hits {})  deletes {}  batches {}",

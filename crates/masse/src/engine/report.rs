@@ -52,6 +52,7 @@ pub(crate) fn stats(e: &Engine) -> Stats {
     let ibytes = e.index.memory_bytes() as u64;
     let mut s = Stats {
         mode: e.pool.geo.mode.name(),
+        format_version: e.pool.version,
         bands_total: e.layout.bands,
         bands_free,
         band_size: e.pool.geo.band_size,
