@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum GcPolicyArg {
+    /// Cost-benefit where GC moves have a band of their own (tiered pools with
+    /// --gc-separate, the default), greedy elsewhere.
+    Auto,
     /// The band that wins back the most space.
     Greedy,
     /// (1 − u) · age / (1 + u): old bands' free space counts for more.
@@ -64,6 +67,7 @@ impl From<TrimArg> for TrimPolicy {
 impl From<GcPolicyArg> for GcPolicy {
     fn from(p: GcPolicyArg) -> GcPolicy {
         match p {
+            GcPolicyArg::Auto => GcPolicy::Auto,
             GcPolicyArg::CostBenefit => GcPolicy::CostBenefit,
             GcPolicyArg::Greedy => GcPolicy::Greedy,
         }
@@ -168,9 +172,10 @@ pub struct DemoArgs {
     #[arg(long, value_name = "THETA", default_value_t = DEFAULT_THETA)]
     pub zipf_theta: f64,
 
-    /// How GC picks the band to empty: greedy (the most space won) or cost-benefit
-    /// (LFS: space won × age over the cost of moving the band).
-    #[arg(long, value_enum, value_name = "POLICY", default_value = "greedy")]
+    /// How GC picks the band to empty: greedy (the most space won), cost-benefit
+    /// (LFS: space won × age over the cost of moving the band), or auto (the
+    /// engine's default: cost-benefit where GC moves have a band of their own).
+    #[arg(long, value_enum, value_name = "POLICY", default_value = "auto")]
     pub gc_policy: GcPolicyArg,
 
     /// Most bytes of segment writes the writer keeps in flight on a capacity device
@@ -191,6 +196,14 @@ pub struct DemoArgs {
     /// longer write bursts before a writer waits for GC. Default: the engine's.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(3..))]
     pub gc_low_bands: Option<u32>,
+
+    /// Tiered pools: GC moves fill an open band of their own instead of sharing
+    /// the user writes' one (`Options::gc_separate`, hot/cold separation; the
+    /// engine's default). Pays under skewed overwrites, with cost-benefit victims.
+    /// `--gc-separate false` puts them with the user writes.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_value_t = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub gc_separate: bool,
 
     /// Whether GC TRIMs the bands it frees: `auto` on drives but not on pool files,
     /// where the TRIM is a hole punch that stalls concurrent gets.
@@ -750,6 +763,8 @@ struct Workload {
     gc_duty: f64,
     /// `None`: the engine's automatic watermark.
     gc_low_bands: Option<u32>,
+    /// GC moves in a stream of their own (`Options::gc_separate`).
+    gc_separate: bool,
     seed: u64,
     record_bytes: u64,
     data_bytes: u64,
@@ -862,7 +877,8 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
         },
         match a.gc_policy {
             GcPolicyArg::CostBenefit => "; cost-benefit GC",
-            GcPolicyArg::Greedy => "",
+            GcPolicyArg::Greedy => "; greedy GC",
+            GcPolicyArg::Auto => "",
         },
         a.writer_inflight
             .map(|b| format!("; writer in flight {}", fmt_bytes(b)))
@@ -875,6 +891,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
                 .gc_low_bands
                 .map(|n| format!("; GC below {n} free bands"))
                 .unwrap_or_default()
+            + if a.gc_separate { "" } else { "; GC moves with user writes" }
             + match trim {
                 TrimArg::Auto => "",
                 TrimArg::Always => "; TRIM always",
@@ -895,6 +912,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
     if let Some(n) = a.gc_low_bands {
         opts.gc_low_bands = n;
     }
+    opts.gc_separate = a.gc_separate;
     if let Some(b) = a.writer_inflight {
         opts.writer_inflight_bytes = b as usize;
     }
@@ -943,6 +961,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
             trim,
             gc_duty,
             gc_low_bands: a.gc_low_bands,
+            gc_separate: a.gc_separate,
             seed: a.seed,
             record_bytes: rec,
             data_bytes: data,

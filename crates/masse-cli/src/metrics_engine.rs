@@ -125,8 +125,13 @@ fn writes(o: &mut Fams, s: &Stats) {
     );
     o.counter(
         "forced_seals",
-        "Segments sealed early because the pad ran out of room",
+        "Segments sealed early because the pad ran short of room",
         s.forced_seals as f64,
+    );
+    o.counter(
+        "stream_diverted",
+        "Records placed in the other write stream's band, after their key's newest copy (gc_separate)",
+        s.stream_diverted as f64,
     );
     o.gauge(
         "host_write_amplification",

@@ -51,6 +51,12 @@ pub struct StressArgs {
     #[arg(long)]
     pub crash_loop: bool,
 
+    /// Tiered pools: GC moves in an open band of their own (`Options::gc_separate`,
+    /// the engine's default); `--gc-separate false` puts them with the user writes.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_value_t = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub gc_separate: bool,
+
     /// Kill cycles of --crash-loop.
     #[arg(long, default_value_t = 20)]
     pub cycles: u64,
@@ -224,8 +230,9 @@ fn mode(s: &str) -> CliResult<Mode> {
     }
 }
 
-fn pool_at(dir: PathBuf, mode: Mode) -> StressPool {
+fn pool_at(dir: PathBuf, mode: Mode, gc_separate: bool) -> StressPool {
     StressPool {
+        gc_separate,
         fast_dir: default_fast_dir(&dir),
         dir,
         mode,
@@ -315,7 +322,7 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
             tmp.path().to_path_buf()
         }
     };
-    let pool = pool_at(dir.clone(), mode);
+    let pool = pool_at(dir.clone(), mode, a.gc_separate);
     std::fs::create_dir_all(&pool.fast_dir)
         .map_err(|e| crate::error::io_err("creating", &pool.fast_dir, e))?;
     let cfg = RunConfig {
@@ -382,6 +389,7 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
                     .args(["--threads", &cfg.threads.to_string()])
                     .args(["--hang-timeout", &a.hang_timeout.to_string()])
                     .args(["--seed", &s.to_string()]);
+                c.args(["--gc-separate", &a.gc_separate.to_string()]);
                 if let Some(m) = &a.metrics.addr {
                     c.args(["--metrics", m]);
                 }
@@ -402,7 +410,7 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
         );
         bar.finish_and_clear();
         res.map(|r| serde_json::json!({ "seed": seed, "crash_loop": r }))
-            .map_err(|e| format!("{e}\nreplay: masse stress --crash-loop --cycles {cycles} --keys {} --threads {} --mode {} --seed {seed}", a.keys, cfg.threads, mode_name))
+            .map_err(|e| format!("{e}\nreplay: masse stress --crash-loop --cycles {cycles} --keys {} --threads {} --mode {} --seed {seed}{}", a.keys, cfg.threads, mode_name, if a.gc_separate { "" } else { " --gc-separate false" }))
     } else {
         pool.remove();
         // A hang ends the process; the pool stays for inspection.

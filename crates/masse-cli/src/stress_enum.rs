@@ -50,6 +50,8 @@ pub fn run_enumerate(a: &StressArgs, seed: u64) -> CliResult<i32> {
         save_dir: Some(save_dir(a)),
         scale: a.scale.max(1),
         format: a.format_version,
+        // Each scenario's own (the default) unless turned off.
+        gc_separate: (!a.gc_separate).then_some(false),
     };
     eprintln!(
         "masse stress --enumerate: scenarios {}, modes {}, scale {}, format version {}, seed {seed}, {} jobs; failing traces go to {}",

@@ -28,6 +28,8 @@ pub struct StressPool {
     pub fast_size: u64,
     /// Band size: small, so GC runs often.
     pub band_size: u64,
+    /// GC moves in a stream of their own (`Options::gc_separate`).
+    pub gc_separate: bool,
 }
 
 impl StressPool {
@@ -62,11 +64,13 @@ impl StressPool {
     }
 }
 
-/// Engine options for stress runs: checkpoints often, so kills land in them.
-pub fn stress_options() -> Options {
+/// Engine options for stress runs on `pool`: checkpoints often, so kills
+/// land in them.
+pub fn stress_options(pool: &StressPool) -> Options {
     Options {
         checkpoint_interval: 8 << 20,
         histograms: false,
+        gc_separate: pool.gc_separate,
         ..Options::default()
     }
 }
@@ -130,13 +134,13 @@ pub fn child(
         let o = Oracle::open(&opath).map_err(|e| err("opening the oracle", &e))?;
         o.runs().fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         o.set_phase(Phase::Opening);
-        let db = Db::open(&pool.config(), stress_options())
+        let db = Db::open(&pool.config(), stress_options(pool))
             .map_err(|e| err("reopening the pool", &e))?;
         (db, o)
     } else {
         // The pool first, then the oracle: a kill in between leaves no oracle, and the
         // next run starts over with a fresh pool.
-        let db = Db::create_force(&pool.config(), stress_options())
+        let db = Db::create_force(&pool.config(), stress_options(pool))
             .map_err(|e| err("creating the pool", &e))?;
         let tmp = opath.with_extension("new");
         let o =
@@ -173,7 +177,7 @@ pub fn child(
             .map_err(|e| err("checkpoint after the crashes", &e))?;
         o.set_phase(Phase::Closing);
         close(db)?;
-        let db = Db::open(&pool.config(), stress_options())
+        let db = Db::open(&pool.config(), stress_options(pool))
             .map_err(|e| err("reopening after close", &e))?;
         let db = Arc::new(db);
         publish(Some(db.clone()));
@@ -360,7 +364,7 @@ pub fn crash_loop(
 /// open must be refused as busy, naming the child. (That it does not disturb
 /// the child is checked by the next open's verification against the oracle.)
 fn second_open_refused(pool: &StressPool, pid: u32) -> Result<(), String> {
-    match Db::open(&pool.config(), stress_options()) {
+    match Db::open(&pool.config(), stress_options(pool)) {
         Err(masse::Error::Busy { path, holder }) => {
             let h = holder.unwrap_or_default();
             if h.contains(&format!("pid {pid}")) {

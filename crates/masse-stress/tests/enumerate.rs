@@ -19,6 +19,11 @@ fn save_dir() -> PathBuf {
 }
 
 fn enumerate(name: &str, tweak: impl Fn(&mut EnumConfig)) {
+    enumerate_in(name, None, tweak)
+}
+
+/// [`enumerate`] in `only` mode instead of every mode of the scenario.
+fn enumerate_in(name: &str, only: Option<&str>, tweak: impl Fn(&mut EnumConfig)) {
     let sc = scenarios::all()
         .into_iter()
         .find(|s| s.name == name)
@@ -29,7 +34,7 @@ fn enumerate(name: &str, tweak: impl Fn(&mut EnumConfig)) {
     };
     tweak(&mut cfg);
     let mut failures = Vec::new();
-    for mode in sc.modes {
+    for mode in sc.modes.iter().filter(|m| only.is_none_or(|o| o == **m)) {
         let r = run_scenario(&sc, mode, &cfg, &mut |_, _, _| {});
         eprintln!(
             "{name} {mode}: {} crash points, {} crash states ({} duplicates skipped); \
@@ -104,6 +109,21 @@ fn concurrent_writers_in_one_group_commit() {
 #[test]
 fn scm_only_in_place_updates() {
     enumerate("scm-inplace", |_| {});
+}
+
+/// GC moves in an open band of their own beside the user writes' band.
+#[test]
+fn separate_gc_streams() {
+    enumerate("streams", |_| {});
+}
+
+/// The tiered scenarios with GC moves among the user writes
+/// (`Options::gc_separate` off; the other tests run the engine's default).
+#[test]
+fn tiered_gc_moves_with_user_writes() {
+    for name in ["batch-band-gc", "checkpoint-gc", "reuse-untrimmed"] {
+        enumerate_in(name, Some("tiered"), |c| c.gc_separate = Some(false));
+    }
 }
 
 #[test]

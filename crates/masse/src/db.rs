@@ -140,8 +140,7 @@ impl Db {
         // One group at a time, in order, each after GC made room if needed.
         let codec = engine.layout.codec;
         for g in pad_recs {
-            let lens: Vec<usize> = g.iter().map(|p| p.len(codec)).collect();
-            gc::room_for_replay(&engine, &lens)?;
+            gc::room_for_replay(&engine, &g)?;
             engine.submit_all(vec![Req::new(g, WriteClass::Replay, codec)])?;
         }
         if let Some(p) = &engine.pad {
@@ -243,8 +242,7 @@ impl Db {
                 Outcome::Failed(m) => return Err(Error::Closed(m)),
                 Outcome::Stalled => {
                     stalled_since.get_or_insert_with(Instant::now);
-                    let lens: Vec<usize> = req.recs.iter().map(|p| p.len(e.layout.codec)).collect();
-                    gc::wait_for_space(e, class, &lens)?;
+                    gc::wait_for_space(e, class, &req.recs)?;
                     // The leader may still hold the request; stalls are rare, so copy.
                     req = Req::new(req.recs.clone(), class, e.layout.codec);
                 }
@@ -340,6 +338,18 @@ impl Db {
         self.engine.writer_barrier()
     }
 
+    /// Seal the open segments now and wait until every segment is on the
+    /// capacity tier: the write pad then holds nothing the capacity tier
+    /// lacks. For crash tests, which need crash states where recovery has
+    /// only the capacity tier to go by. Each call costs the unused rest of
+    /// the open segments, so it is no part of the normal API.
+    #[doc(hidden)]
+    pub fn seal_open_segments(&self) -> Result<()> {
+        self.engine.check_failed()?;
+        self.engine.seal_open()?;
+        self.engine.writer_barrier()
+    }
+
     /// Run one GC pass now (normally GC runs by itself). Returns whether a band was freed.
     pub fn gc_once(&self) -> Result<bool> {
         Ok(matches!(
@@ -378,7 +388,9 @@ impl Db {
         // A database that failed says so at close, with the cause.
         let mut res = if clean { e.check_failed() } else { Ok(()) };
         if clean && res.is_ok() {
-            res = e.writer_barrier();
+            // The GC stream's open segment holds the pad from its first batch
+            // on: sealed here, the next open replays only the user stream's.
+            res = e.seal_gc_stream().and_then(|_| e.writer_barrier());
             if res.is_ok() && e.opts.checkpoint_on_close {
                 res = checkpoint::checkpoint(e).map(|_| ());
             }
@@ -405,12 +417,16 @@ impl Db {
     /// per segment its use state, free size and death (invalid) size.
     pub fn band_status(&self) -> Vec<BandStatus> {
         let e = &self.engine;
-        let open = {
+        let open: Vec<(u64, u32)> = {
             let ws = e.write_state.lock();
-            ws.open.as_ref().map(|o| (o.buf.slot, o.room_left()))
+            [ws.open.as_ref(), ws.parked.open.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(|o| (o.buf.slot, o.room_left()))
+                .collect()
         };
         let bt = e.bands.lock();
-        e.status.rows(&bt.bands, open)
+        e.status.rows(&bt.bands, &open)
     }
 
     /// A snapshot of the engine's counters.

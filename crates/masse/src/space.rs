@@ -35,6 +35,10 @@ impl Db {
         }
         drop(bt);
         let reserve = WriteClass::User.reserve_bands();
+        // Kept back besides the reserve: a band's worth for the open band's
+        // tail and for GC to move into, and with separate GC writes one more,
+        // the GC stream's open band, which user writes do not fill.
+        let kept = 1 + e.streams_on() as u64;
         let live = e.status.live_total();
         Space {
             bands_total: total,
@@ -42,7 +46,7 @@ impl Db {
             user_reserve_bands: reserve,
             band_payload: payload,
             live_bytes: live,
-            user_available_bytes: room.saturating_sub((reserve as u64 + 1) * payload),
+            user_available_bytes: room.saturating_sub((reserve as u64 + kept) * payload),
         }
     }
 

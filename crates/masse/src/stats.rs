@@ -53,6 +53,7 @@ pub(crate) struct Counters {
     pub inplace_writes: AtomicU64,
     pub inplace_bytes: AtomicU64,
     pub forced_seals: AtomicU64,
+    pub stream_diverted: AtomicU64,
     pub gc_runs: AtomicU64,
     pub gc_bands_freed: AtomicU64,
     pub gc_bytes_read: AtomicU64,
@@ -240,8 +241,17 @@ pub struct Stats {
     pub inplace_writes: u64,
     /// Bytes written to the capacity tier by in-place updates (whole 4 KiB pages).
     pub inplace_bytes: u64,
-    /// Segments sealed before full because the pad ran out of room.
+    /// Segments sealed before full because the pad ran out of room (or, with
+    /// separate GC writes, the GC stream's segment held the oldest pad batch
+    /// of a half-full pad).
     pub forced_seals: u64,
+    /// Whether GC moves fill an open band of their own (`Options::gc_separate`
+    /// on a tiered pool).
+    pub gc_separate: bool,
+    /// Separate GC writes (`Options::gc_separate`): records placed in the
+    /// other stream's open band than their own, to land after their key's
+    /// newest copy (design.md §9.5).
+    pub stream_diverted: u64,
     /// Capacity-tier bytes written ÷ user bytes written.
     pub host_write_amplification: f64,
     /// GC passes that freed a band.
@@ -389,6 +399,13 @@ impl Stats {
             self.write_stalls,
             self.write_stall_us
         );
+        if self.gc_separate {
+            let _ = writeln!(
+                s,
+                "gc streams           GC moves in a band of their own; {} records placed in the other stream's band, after their key's newest copy",
+                self.stream_diverted
+            );
+        }
         let _ = writeln!(
             s,
             "index                {} entries, {:.1} MiB DRAM, {:.2} bytes/key",
@@ -485,7 +502,8 @@ pub struct Space {
     /// from dead records. Compare it with [`crate::Db::record_room`], not with
     /// raw value sizes: records do not pack segments perfectly. An estimate
     /// that errs low: it leaves out the reserve bands, one band of working room
-    /// for the open band and GC, and bands whose dead records GC would not
+    /// for the open band and GC (two with separate GC writes, whose open band
+    /// user writes do not fill), and bands whose dead records GC would not
     /// find worth moving the live ones for.
     pub user_available_bytes: u64,
 }

@@ -123,6 +123,26 @@ pub fn find_bytes(dev: &masse::device::MemDevice, needle: &[u8]) -> Option<u64> 
     None
 }
 
+/// Device offsets of every occurrence of `needle` (not across 1 MiB
+/// boundaries): dead copies of a record stay on the device until GC frees
+/// their band, so the first occurrence need not be the live one.
+pub fn find_all_bytes(dev: &masse::device::MemDevice, needle: &[u8]) -> Vec<u64> {
+    use masse::device::AlignedBuf;
+    let cap = dev.info().capacity;
+    let mut buf = AlignedBuf::new(1 << 20);
+    let (mut off, mut out) = (0, Vec::new());
+    while off < cap {
+        dev.read_at(&mut buf, off).expect("read");
+        let hits = buf.windows(needle.len()).enumerate();
+        out.extend(
+            hits.filter(|(_, w)| *w == needle)
+                .map(|(p, _)| off + p as u64),
+        );
+        off += 1 << 20;
+    }
+    out
+}
+
 /// A tiered pool on a memory fast tier of `fast` bytes and a [`Scripted`]
 /// capacity device of `cap` bytes, with the given segment and band sizes.
 pub fn scripted_tiered(

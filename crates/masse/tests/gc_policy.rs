@@ -1,4 +1,5 @@
-//! GC's victim choice: greedy (the default) takes the band that wins back the
+//! GC's victim choice: greedy (the default where GC moves share bands with
+//! user writes; cost-benefit where they have their own) takes the band that wins back the
 //! most space; cost-benefit prefers an old band with somewhat less dead space
 //! over a young one whose records are still dying — and still does after a
 //! reopen, when band ages come from log order.

@@ -67,6 +67,9 @@ pub struct EnumConfig {
     pub scale: u32,
     /// Format version of the scenarios' pools (`None`: the newest).
     pub format: Option<u32>,
+    /// `Options::gc_separate` for every scenario (`None`: each scenario's own,
+    /// the engine's default unless it says otherwise).
+    pub gc_separate: Option<bool>,
 }
 
 impl Default for EnumConfig {
@@ -87,6 +90,7 @@ impl Default for EnumConfig {
             save_dir: None,
             scale: 1,
             format: None,
+            gc_separate: None,
         }
     }
 }
@@ -804,7 +808,7 @@ pub fn run_scenario(
         mode: mode.to_string(),
         ..Default::default()
     };
-    let rec = match sc.record_format(mode, cfg.scale, cfg.format) {
+    let rec = match sc.record_with(mode, cfg.scale, cfg.format, cfg.gc_separate) {
         Ok(r) => r,
         Err(v) => {
             rep.first.failures = 1;

@@ -55,6 +55,9 @@ pub enum Op {
     Checkpoint,
     /// `Db::flush`.
     Flush,
+    /// `Db::seal_open_segments`: the pad then holds nothing older, so crash
+    /// states that follow leave recovery only the capacity tier's order.
+    SealOpen,
     /// `Db::close` then `Db::open`.
     Reopen,
     /// `Db::close`.

@@ -27,20 +27,24 @@ pub struct Scenario {
 impl Scenario {
     /// Runs the scenario once on recording devices.
     pub fn record(&self, mode: &str, scale: u32) -> Result<Recorded, Violation> {
-        self.record_format(mode, scale, None)
+        self.record_with(mode, scale, None, None)
     }
 
     /// [`Scenario::record`] on a pool of format version `format` (`None`:
-    /// the newest).
-    pub fn record_format(
+    /// the newest), with `Options::gc_separate` set to `gc_separate` (`None`:
+    /// the scenario's own).
+    pub fn record_with(
         &self,
         mode: &str,
         scale: u32,
         format: Option<u32>,
+        gc_separate: Option<bool>,
     ) -> Result<Recorded, Violation> {
+        let base = (self.setup)(mode);
         let setup = Setup {
             format,
-            ..(self.setup)(mode)
+            gc_separate: gc_separate.unwrap_or(base.gc_separate),
+            ..base
         };
         let mut s = Script::create(&setup)?;
         (self.script)(&mut s, scale.max(1))?;
@@ -110,6 +114,13 @@ pub fn all() -> Vec<Scenario> {
             script: marks,
         },
         Scenario {
+            name: "streams",
+            about: "GC moves in a band of their own beside the user writes' band: writes of moved keys, a new key, a delete and put again, GC of both kinds of band, a reopen",
+            modes: &["tiered"],
+            setup: streams_setup,
+            script: streams,
+        },
+        Scenario {
             name: "pad-wrap",
             about: "the write pad wraps around (tiered, smallest pad), GC keeps up",
             modes: &["tiered"],
@@ -140,6 +151,69 @@ fn pad_setup(mode: &str) -> Setup {
         band: 4096 + 16 * (64 << 10),
         ..Setup::small(mode)
     }
+}
+
+/// The small pool, GC moves in a stream of their own.
+fn streams_setup(mode: &str) -> Setup {
+    Setup {
+        gc_separate: true,
+        ..Setup::small(mode)
+    }
+}
+
+/// Bands in the state "open".
+fn open_bands(s: &Script) -> Result<usize, Violation> {
+    Ok(s.bands()?.iter().filter(|b| b.state == "open").count())
+}
+
+/// Separate GC writes (design.md §9.5): GC moves a band's survivors into a
+/// band opened after the user writes' one; then a moved key is overwritten
+/// (the write must land after the moved copy), a new key written (to the
+/// newest band), a moved key deleted and, after GC may have dropped its
+/// tombstone, put again; a batch spans a moved key and a user-band key;
+/// GC empties a user band (its moves join the GC band) and the GC band
+/// itself. The open segments are sealed at each step (`seal_open`), so the
+/// crash states after it leave recovery only the capacity tier's positions
+/// to tell versions apart: the pad would replay the writes after everything.
+fn streams(s: &mut Script, scale: u32) -> Result<(), Violation> {
+    for r in 0..scale {
+        let b = r * 1000;
+        let n = 40;
+        for k in b..b + n {
+            s.put(k, 7000)?; // about a band and a half
+        }
+        for k in (b..b + n / 2).step_by(2) {
+            s.put(k, 6000)?; // half of the first band dies
+        }
+        s.flush()?; // a band with segments in flight is no GC victim
+        s.gc()?;
+        if r == 0 && s.setup().gc_separate && open_bands(s)? != 2 {
+            return Err(Violation(
+                "scenario: GC did not open a band of its own".into(),
+            ));
+        }
+        s.put(b + 1, 5000)?; // moved: lands after its moved copy
+        s.put(b + n + 1, 3000)?; // new: the newest band
+        s.delete(b + 3)?;
+        s.batch(&[(b + 5, Some(4000)), (b + n - 1, Some(4500))])?;
+        s.seal_open()?;
+        for k in (b + n / 2..b + n).step_by(2) {
+            s.put(k, 6500)?;
+        }
+        if r % 2 == 1 {
+            s.checkpoint()?;
+        }
+        s.seal_open()?;
+        s.gc()?;
+        s.gc()?;
+        s.put(b + 3, 2000)?; // after its delete
+        s.put(b + 7, 3500)?;
+        s.seal_open()?;
+    }
+    s.reopen()?;
+    s.put(1, 1500)?;
+    s.gc()?;
+    Ok(())
 }
 
 /// The small pool, with freed bands left untrimmed: their slots keep their

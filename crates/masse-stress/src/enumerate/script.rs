@@ -35,6 +35,10 @@ pub struct Setup {
     /// creating reads it: a recorded trace's pool opens in its own version.
     #[serde(default)]
     pub format: Option<u32>,
+    /// GC moves in an open band of their own (`Options::gc_separate`; a
+    /// trace recorded before the option existed had them with user writes).
+    #[serde(default)]
+    pub gc_separate: bool,
 }
 
 impl Setup {
@@ -49,6 +53,7 @@ impl Setup {
             checkpoint: (mode != "tiered").then_some(1 << 20),
             keep_freed: false,
             format: None,
+            gc_separate: masse::Options::default().gc_separate,
         }
     }
 
@@ -102,6 +107,7 @@ pub fn options(setup: &Setup) -> Options {
         background_gc: false,
         checkpoint_interval: 0,
         histograms: false,
+        gc_separate: setup.gc_separate,
         trim_freed_bands: if setup.keep_freed {
             TrimPolicy::Never
         } else {
@@ -222,6 +228,11 @@ impl Script {
             "right after recovery (a second open of the same crash state)",
         )?;
         Ok(s)
+    }
+
+    /// The pool and options the script runs on.
+    pub fn setup(&self) -> &Setup {
+        &self.setup
     }
 
     /// The open database (for adaptive scenarios: band status, stats).
@@ -447,6 +458,17 @@ impl Script {
         self.exec(Op::Flush, |db| {
             let db = db.as_ref().ok_or_else(|| Violation("closed".into()))?;
             db.flush().map(|_| 0).map_err(|e| err("flush", e))
+        })
+        .map(|_| ())
+    }
+
+    /// Seals the open segments and drains the writer (`Db::seal_open_segments`).
+    pub fn seal_open(&mut self) -> Result<(), Violation> {
+        self.exec(Op::SealOpen, |db| {
+            let db = db.as_ref().ok_or_else(|| Violation("closed".into()))?;
+            db.seal_open_segments()
+                .map(|_| 0)
+                .map_err(|e| err("seal", e))
         })
         .map(|_| ())
     }

@@ -11,8 +11,9 @@
 
 use super::pad::{PadRing, Reserved};
 use super::request::{Next, Outcome, PendingRecord, RecordKind, Req, Wake, WriteClass};
-use super::segment::{OpenSegment, SegmentBuf, WriteState};
+use super::segment::{OpenSegment, SegmentBuf, Stream, WriteState};
 use super::state::Engine;
+use super::stream::{wanted, StreamChoice};
 use super::writer_jobs::WriterJob;
 use crate::device::{round_down64, round_up, AlignedBuf};
 use crate::error::{Error, Result};
@@ -37,6 +38,9 @@ struct Placed {
 struct Selection<'b> {
     /// Requests admitted, each with the indexes of the records to place.
     take: Vec<(&'b Arc<Req>, Vec<usize>)>,
+    /// Per admitted request, the stream of each of its records (by index in
+    /// the request; empty: all `User`).
+    streams: Vec<Vec<Stream>>,
     /// Segment bytes of the records to place.
     bytes: usize,
     /// scm-only: lone puts written over their old record, and the page images.
@@ -50,8 +54,16 @@ struct PlacedGroup {
     stamped: Vec<Vec<Vec<u8>>>,
     /// The pad batch's payload (tiered).
     payload: Vec<u8>,
-    /// Segments that need the pad from this group's batch on.
+    /// Segments that need the pad from this group's batch on: those it
+    /// opened and every one it put records in.
     new_segs: Vec<u64>,
+}
+
+/// Admission's copy of both streams' write positions (see `Engine::admit`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Admission {
+    pub user: Cursor,
+    pub gc: Cursor,
 }
 
 /// Which records of a group are kept: deletes of absent keys and stale GC
@@ -201,14 +213,41 @@ impl Engine {
     /// before the group is placed (§4.8), and placing from a later position never
     /// ends earlier, so the simulation can only overestimate.
     pub fn admission_cursor(&self, ws: &WriteState) -> Cursor {
+        self.cursor_at(ws.cur_band, ws.next_sib)
+    }
+
+    fn cursor_at(&self, band: Option<u32>, next_sib: u64) -> Cursor {
         Cursor {
             open: None,
-            band_left: match ws.cur_band {
-                Some(_) => self.layout.slots_per_band - ws.next_sib,
+            band_left: match band {
+                Some(_) => self.layout.slots_per_band - next_sib,
                 None => 0,
             },
             bands_taken: 0,
         }
+    }
+
+    /// Admission cursors of both streams (`admission_cursor` for each).
+    pub fn admission(&self, ws: &WriteState) -> Admission {
+        Admission {
+            user: self.admission_cursor(ws),
+            gc: self.cursor_at(ws.parked.cur_band, ws.parked.next_sib),
+        }
+    }
+
+    /// Whether a request of `recs` of `class` would be admitted now, each
+    /// record counted in the stream `select` would place it in.
+    pub fn admits(&self, ws: &WriteState, class: WriteClass, recs: &[PendingRecord]) -> bool {
+        let codec = self.layout.codec;
+        let choice = self.streams_on().then(StreamChoice::default);
+        let mut a = self.admission(ws);
+        let recs = recs.iter().map(|p| {
+            let s = choice
+                .as_ref()
+                .map_or(Stream::User, |c| c.choose(self, ws, p));
+            (p.len(codec), s)
+        });
+        self.admit(&mut a, class, recs)
     }
 
     /// Space admission: place records of `lens` after `cur` (the records the
@@ -220,17 +259,21 @@ impl Engine {
     /// unused when they are fewer than k.
     pub fn admit(
         &self,
-        cur: &mut Cursor,
+        cur: &mut Admission,
         class: WriteClass,
-        lens: impl Iterator<Item = usize>,
+        recs: impl Iterator<Item = (usize, Stream)>,
     ) -> bool {
         let mut c = *cur;
-        for len in lens {
-            c.place(&self.layout, len);
+        for (len, s) in recs {
+            match s {
+                Stream::User => c.user.place(&self.layout, len),
+                Stream::Gc => c.gc.place(&self.layout, len),
+            }
         }
         if class != WriteClass::Replay {
             let free = self.bands.lock().free_count();
-            if c.bands_taken > free.saturating_sub(class.reserve_bands()) {
+            let taken = c.user.bands_taken + c.gc.bands_taken;
+            if taken > free.saturating_sub(class.reserve_bands()) {
                 return false;
             }
         }
@@ -239,7 +282,7 @@ impl Engine {
     }
 
     /// One group commit. Holds the write state (leadership) throughout.
-    fn commit_group(&self, ws: &mut WriteState, batch: &[Arc<Req>]) -> Result<()> {
+    pub(super) fn commit_group(&self, ws: &mut WriteState, batch: &[Arc<Req>]) -> Result<()> {
         let mut sel = self.select(ws, batch)?;
         if !sel.in_place.is_empty() {
             self.write_in_place(std::mem::take(&mut sel.pages), &sel.in_place)?;
@@ -274,12 +317,14 @@ impl Engine {
     fn select<'b>(&self, ws: &WriteState, batch: &'b [Arc<Req>]) -> Result<Selection<'b>> {
         let mut sel = Selection {
             take: Vec::with_capacity(batch.len()),
+            streams: Vec::with_capacity(batch.len()),
             bytes: 0,
             in_place: Vec::new(),
             pages: Vec::new(),
         };
-        let mut cursor = self.admission_cursor(ws);
+        let mut cursor = self.admission(ws);
         let mut filter = GroupFilter::new(batch);
+        let mut choice = self.streams_on().then(StreamChoice::default);
         let scm = self.pool.geo.mode == Mode::ScmOnly;
         for r in batch {
             if scm && filter.may_go_in_place(r) && self.try_in_place(&r.recs[0], &mut sel.pages)? {
@@ -291,7 +336,17 @@ impl Engine {
             // every record of the request: the ones the filter drops only make
             // the real placement end earlier.
             let codec = self.layout.codec;
-            if !self.admit(&mut cursor, r.class, r.recs.iter().map(|p| p.len(codec))) {
+            let streams: Vec<Stream> = match &choice {
+                Some(c) => r.recs.iter().map(|p| c.choose(self, ws, p)).collect(),
+                None => Vec::new(),
+            };
+            let stream = |i: usize| streams.get(i).copied().unwrap_or(Stream::User);
+            let recs = r
+                .recs
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.len(codec), stream(i)));
+            if !self.admit(&mut cursor, r.class, recs) {
                 r.complete(Outcome::Stalled);
                 continue;
             }
@@ -300,9 +355,13 @@ impl Engine {
                 if filter.keep(self, p) {
                     sel.bytes += p.pad_len(codec);
                     idx.push(i);
+                    if let Some(c) = &mut choice {
+                        c.note(p, stream(i));
+                    }
                 }
             }
             sel.take.push((r, idx));
+            sel.streams.push(streams);
         }
         Ok(sel)
     }
@@ -311,23 +370,39 @@ impl Engine {
     /// holds the full pad, nothing else is on its way to the capacity tier to
     /// free space: seal it early rather than wait forever.
     fn reserve_pad(&self, p: &PadRing, ws: &mut WriteState, len: usize) -> Result<u64> {
+        self.seal_idle_gc_segment(p, ws)?;
         loop {
-            let open_seq = ws
-                .open
-                .as_ref()
-                .filter(|o| !o.entries.is_empty())
-                .map(|o| o.buf.seq);
-            match p.reserve(len, self.tag, open_seq, &|| self.check_failed())? {
+            let open: Vec<u64> = ws.open_with_records().map(|o| o.buf.seq).collect();
+            match p.reserve(len, self.tag, &open, &|| self.check_failed())? {
                 Reserved::At(v) => return Ok(v),
                 Reserved::HeldByOpenSegment => {
-                    if let Some(o) = ws.open.take() {
-                        ws.close_segment(o);
-                        self.counters.forced_seals.fetch_add(1, Relaxed);
-                        self.flush_segments(ws, false)?;
+                    for s in [Stream::User, Stream::Gc] {
+                        if ws.close_stream(s) {
+                            self.counters.forced_seals.fetch_add(1, Relaxed);
+                        }
                     }
+                    self.flush_segments(ws, false)?;
                 }
             }
         }
+    }
+
+    /// The `Gc` stream's open segment fills only while GC runs, and until it
+    /// is sealed it holds the pad from its first batch on. Once it holds the
+    /// oldest batch still needed and the pad is half full, seal it, rather
+    /// than let the pad fill and stall every writer until it is sealed.
+    fn seal_idle_gc_segment(&self, p: &PadRing, ws: &mut WriteState) -> Result<()> {
+        let Some(gc_seq) = ws.open_of(Stream::Gc).map(|o| o.buf.seq) else {
+            return Ok(());
+        };
+        if p.used() * 2 < p.size || !p.holds_oldest(gc_seq) {
+            return Ok(());
+        }
+        if ws.close_stream(Stream::Gc) {
+            self.counters.forced_seals.fetch_add(1, Relaxed);
+            self.flush_segments(ws, false)?;
+        }
+        Ok(())
     }
 
     /// Place every record; stamp seq and seg tag; remember where it goes.
@@ -343,22 +418,30 @@ impl Engine {
             payload: Vec::with_capacity(if to_pad { sel.bytes } else { 0 }),
             new_segs: Vec::new(),
         };
-        // The open segment receiving its first records needs the pad from this batch on.
-        let open_was_empty = ws
-            .open
-            .as_ref()
-            .map(|o| o.entries.is_empty())
-            .unwrap_or(true);
-        let open_seq_before = ws.open.as_ref().map(|o| o.buf.seq);
-        for (r, idx) in &sel.take {
+        // An open segment receiving its first records needs the pad from this batch on.
+        let empty_open: Vec<u64> = [Stream::User, Stream::Gc]
+            .iter()
+            .filter_map(|&s| ws.open_of(s))
+            .filter(|o| o.entries.is_empty())
+            .map(|o| o.buf.seq)
+            .collect();
+        for ((r, idx), streams) in sel.take.iter().zip(&sel.streams) {
             let mut pl = Vec::with_capacity(idx.len());
             let mut st = Vec::with_capacity(idx.len());
             for (j, &i) in idx.iter().enumerate() {
                 let more = j + 1 < idx.len();
                 let p = &r.recs[i];
-                let (placed, bytes) = self.place_record(ws, p, more, &mut g.new_segs)?;
+                let s = streams.get(i).copied().unwrap_or(Stream::User);
+                if !streams.is_empty() && s != wanted(p) {
+                    self.counters.stream_diverted.fetch_add(1, Relaxed);
+                }
+                let (placed, bytes) =
+                    ws.in_stream(s, |ws| self.place_record(ws, p, more, &mut g.new_segs))?;
                 if to_pad {
                     self.pad_copy(&mut g.payload, p, &bytes);
+                }
+                if !g.new_segs.contains(&placed.buf.seq) {
+                    g.new_segs.push(placed.buf.seq);
                 }
                 pl.push(placed);
                 st.push(bytes);
@@ -366,7 +449,7 @@ impl Engine {
             g.placed.push(pl);
             g.stamped.push(st);
         }
-        if let Some(seq) = open_seq_before.filter(|_| open_was_empty) {
+        for seq in empty_open.into_iter().rev() {
             g.new_segs.insert(0, seq);
         }
         Ok(g)
@@ -505,6 +588,32 @@ impl Engine {
         let Some(o) = old.map(Loc) else { return 0 };
         self.status.sub_live(o);
         (rec.kind == RecordKind::Delete && !o.is_tombstone()) as u32
+    }
+
+    /// Tiered pools: close both streams' open segments and hand them to the
+    /// writer (`Db::seal_open_segments`). Other pools make every group
+    /// durable in its segment before acknowledging: nothing to do.
+    pub(crate) fn seal_open(&self) -> Result<()> {
+        if self.pad.is_none() {
+            return Ok(());
+        }
+        let mut ws = self.write_state.lock();
+        ws.close_stream(Stream::User);
+        ws.close_stream(Stream::Gc);
+        self.flush_segments(&mut ws, false)
+    }
+
+    /// Separate GC writes: close the `Gc` stream's open segment and hand it
+    /// to the writer (at a clean close).
+    pub(crate) fn seal_gc_stream(&self) -> Result<()> {
+        if !self.streams_on() {
+            return Ok(());
+        }
+        let mut ws = self.write_state.lock();
+        match ws.close_stream(Stream::Gc) {
+            true => self.flush_segments(&mut ws, false),
+            false => Ok(()),
+        }
     }
 
     /// Seal-and-send finished segments; in capacity-only mode also flush the open

@@ -74,15 +74,11 @@ fn auto_low_watermark(bands: u32) -> u32 {
     (bands / 32).clamp(5, 16).min(bands / 2).max(3)
 }
 
-/// Called by a writer whose request of records `lens` did not get space: run
+/// Called by a writer whose request of records `recs` did not get space: run
 /// GC until the request would be admitted, or report `NoSpace` once GC proves
 /// nothing can be reclaimed.
-pub(crate) fn wait_for_space(e: &Engine, class: WriteClass, lens: &[usize]) -> Result<()> {
-    let fits = || {
-        let ws = e.write_state.lock();
-        let mut c = e.admission_cursor(&ws);
-        e.admit(&mut c, class, lens.iter().copied())
-    };
+pub(crate) fn wait_for_space(e: &Engine, class: WriteClass, recs: &[PendingRecord]) -> Result<()> {
+    let fits = || e.admits(&e.write_state.lock(), class, recs);
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut futile = 0;
     let _waiting = SpaceWaiter::new(e);
@@ -119,7 +115,8 @@ pub(crate) fn wait_for_space(e: &Engine, class: WriteClass, lens: &[usize]) -> R
                 // A band being freed by another pass, or segments in flight, may still help.
                 let busy = {
                     let ws = e.write_state.lock();
-                    let sealed_in_flight = e.segments.len() > ws.open.is_some() as usize;
+                    let open = [ws.open.is_some(), ws.parked.open.is_some()];
+                    let sealed_in_flight = e.segments.len() > open.iter().filter(|&&o| o).count();
                     let bt = e.bands.lock();
                     sealed_in_flight || bt.bands.iter().any(|b| b.state == BandState::Victim)
                 };
@@ -151,7 +148,7 @@ pub(crate) fn wait_for_space(e: &Engine, class: WriteClass, lens: &[usize]) -> R
     }
 }
 
-/// At open, before pad group `lens` is replayed: if its records would not
+/// At open, before pad group `recs` is replayed: if its records would not
 /// find free bands, run GC passes first. Replay re-places records whose older
 /// copies then die, so a long replay (a writer far behind at the crash) can
 /// fill the free bands while full ones hold only garbage; without GC here
@@ -159,12 +156,15 @@ pub(crate) fn wait_for_space(e: &Engine, class: WriteClass, lens: &[usize]) -> R
 /// crash scenario). GC's moves go through the pad (tiered), so it runs only
 /// while the pad has room for them besides the region held for replay;
 /// otherwise placement reports the shortage as before.
-pub(crate) fn room_for_replay(e: &Engine, lens: &[usize]) -> Result<()> {
-    let fits = || {
-        let ws = e.write_state.lock();
-        let mut c = e.admission_cursor(&ws);
-        e.admit(&mut c, WriteClass::Gc, lens.iter().copied())
+pub(crate) fn room_for_replay(e: &Engine, recs: &[PendingRecord]) -> Result<()> {
+    // With separate GC writes, GC's moves need a band of their own: leave
+    // one free band for it (the reserve deletes keep), or a replay that took
+    // the last one would leave GC unable to start.
+    let class = match e.streams_on() {
+        true => WriteClass::Delete,
+        false => WriteClass::Gc,
     };
+    let fits = || e.admits(&e.write_state.lock(), class, recs);
     let pad_room = || {
         let spare = 2 * e.layout.band_payload();
         e.pad.as_ref().is_none_or(|p| p.used() + spare <= p.size)
@@ -228,14 +228,24 @@ fn choose_victim(e: &Engine, why: Pass) -> Option<u32> {
     if why == Pass::Background && bt.free_count() >= low_watermark(e) {
         return None;
     }
-    let policy = match why {
-        Pass::ForSpace => GcPolicy::Greedy,
-        _ => e.opts.gc_policy,
+    let policy = match (why, e.opts.gc_policy) {
+        (Pass::ForSpace, _) => GcPolicy::Greedy,
+        (_, GcPolicy::Auto) if e.streams_on() => GcPolicy::CostBenefit,
+        (_, GcPolicy::Auto) => GcPolicy::Greedy,
+        (_, p) => p,
     };
     // GC may use every free band (its class keeps no reserve), but never
     // start a pass whose moves would not fit: with no room its moves would
     // stall and the band could not be freed anyway.
-    let room = bt.free_count() as u64 * payload + e.admission_cursor(&ws).band_left * e.layout.seg;
+    // With separate GC writes moves go to the GC stream's open band
+    // (design.md §9.5; the few the placement rule diverts must fit the
+    // user band, or the pass stops short and the band stays sealed).
+    let a = e.admission(&ws);
+    let left = match e.streams_on() {
+        true => a.gc.band_left,
+        false => a.user.band_left,
+    };
+    let room = bt.free_count() as u64 * payload + left * e.layout.seg;
     let mut best: Option<(f64, u64, u32)> = None;
     for (i, b) in bt.bands.iter().enumerate() {
         if b.state != BandState::Sealed || b.inflight > 0 {
@@ -267,7 +277,7 @@ fn choose_victim(e: &Engine, why: Pass) -> Option<u32> {
 fn victim_score(policy: GcPolicy, payload: u64, cost: u64, age: u64) -> f64 {
     let u = cost as f64 / payload as f64;
     match policy {
-        GcPolicy::Greedy => 1.0 - u,
+        GcPolicy::Greedy | GcPolicy::Auto => 1.0 - u,
         // LFS: benefit (space won, weighted by how long it is likely to stay
         // free) over cost (the band is read whole, its live share written).
         GcPolicy::CostBenefit => (1.0 - u) * age as f64 / (1.0 + u),

@@ -11,11 +11,12 @@ use super::state::Engine;
 use crate::error::Error;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Background loop: GC when free bands run low, checkpoints by bytes written.
 pub(crate) fn run(e: Arc<Engine>) {
     lower_priority();
+    let mut moved = (0, None);
     while wait_tick(&e) {
         if e.check_failed().is_err() {
             continue;
@@ -23,6 +24,7 @@ pub(crate) fn run(e: Arc<Engine>) {
         if e.opts.background_gc {
             collect(&e);
         }
+        seal_when_idle(&e, &mut moved);
         let iv = e.opts.checkpoint_interval;
         if iv > 0 && e.bytes_since_ckpt.load(Relaxed) >= iv {
             if let Err(err) = super::checkpoint::checkpoint(&e) {
@@ -79,3 +81,32 @@ fn collect(e: &Engine) {
         }
     }
 }
+
+/// Separate GC writes: once GC has moved nothing for `GC_IDLE`, seal the
+/// GC stream's open segment. It fills only while GC moves records (any
+/// pass: background, a writer's waiting for space, `gc_once`) and holds the
+/// pad from its first batch on: left open, a crash would have the next open
+/// replay everything written since. Under steady churn GC never rests that
+/// long, so no segment is cut short there. `moved`: the moves counted at the
+/// last change, and when it changed (`None` once sealed).
+fn seal_when_idle(e: &Engine, moved: &mut (u64, Option<Instant>)) {
+    let now = e.counters.gc_records_moved.load(Relaxed);
+    if now != moved.0 {
+        *moved = (now, Some(Instant::now()));
+        return;
+    }
+    if !moved.1.is_some_and(|t| t.elapsed() >= GC_IDLE) {
+        return;
+    }
+    moved.1 = None;
+    if let Err(err) = e.seal_gc_stream() {
+        if !e.stopping() {
+            e.fail(format!(
+                "sealing the GC stream's open segment failed: {err}"
+            ));
+        }
+    }
+}
+
+/// How long GC rests before the GC stream's open segment is sealed.
+const GC_IDLE: Duration = Duration::from_secs(1);

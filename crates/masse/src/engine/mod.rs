@@ -12,8 +12,8 @@
 //! - `scanner`: reading a band segment by segment (recovery, GC, check).
 //!
 //! Processes combine them, top-down:
-//! - `commit` (group commit) → `place` (placement) and `inplace` (scm-only
-//!   updates in place); `writer` (the single capacity-tier writer thread);
+//! - `commit` (group commit) → `stream` (which open band a record goes to),
+//!   `place` (placement) and `inplace` (scm-only updates in place); `writer` (the single capacity-tier writer thread);
 //! - `read` (gets); `gc` (band GC) and `maintenance` (the background thread);
 //! - `checkpoint` and `recovery` (at open); `check` (verification);
 //!   `report` (stats and state dumps).
@@ -38,5 +38,6 @@ pub(crate) mod scanner;
 pub(crate) mod segment;
 pub(crate) mod state;
 pub(crate) mod status;
+pub(crate) mod stream;
 pub(crate) mod writer;
 pub(crate) mod writer_jobs;

@@ -49,7 +49,10 @@ struct PadState {
     head: u64,
     tail: u64,
     next_batch: u64,
-    /// (segment seq, virt of the first batch with records in it) for segments not yet durable.
+    /// (segment seq, virt of the oldest batch with records in it) for
+    /// segments not yet durable. Not in any order: with separate GC writes
+    /// segments become durable out of seq order, and a group replayed at open
+    /// lowers the marks of the segments it adds to to the replayed region.
     marks: VecDeque<(u64, u64)>,
     /// A batch reserved but not yet attached to segments.
     pending: Option<u64>,
@@ -64,7 +67,7 @@ impl PadState {
     /// Oldest pad position still needed.
     fn needed_from(&self) -> u64 {
         let mut t = self.head;
-        if let Some(&(_, v)) = self.marks.front() {
+        if let Some(v) = self.marks.iter().map(|m| m.1).min() {
             t = t.min(v);
         }
         if let Some(v) = self.pending {
@@ -81,9 +84,9 @@ impl PadState {
 pub(crate) enum Reserved {
     /// Room at this virtual offset.
     At(u64),
-    /// The ring is full and only the open segment (`open_seq`) holds it: nothing
+    /// The ring is full and only the open segments (`open`) hold it: nothing
     /// else is on its way to the capacity tier to free space, so the caller must
-    /// seal that segment early rather than wait forever.
+    /// seal them early rather than wait forever.
     HeldByOpenSegment,
 }
 
@@ -110,12 +113,12 @@ impl PadRing {
     }
 
     /// Reserve `len` bytes (rounded to 4 KiB); waits while the pad is full,
-    /// unless only the open segment `open_seq` holds it.
+    /// unless only the open segments `open` (those holding records) hold it.
     pub fn reserve(
         &self,
         len: usize,
         tag: u64,
-        open_seq: Option<u64>,
+        open: &[u64],
         failed: &dyn Fn() -> Result<()>,
     ) -> Result<Reserved> {
         let need = round_up(len, 4096) as u64;
@@ -137,8 +140,8 @@ impl PadRing {
                 s.pending = Some(v);
                 return Ok(Reserved::At(v));
             }
-            let only_open = s.marks.iter().all(|m| Some(m.0) == open_seq);
-            if only_open && open_seq.is_some() {
+            let only_open = s.marks.iter().all(|m| open.contains(&m.0));
+            if only_open && !open.is_empty() {
                 return Ok(Reserved::HeldByOpenSegment);
             }
             self.cv.wait_for(&mut s, Duration::from_millis(50));
@@ -169,15 +172,17 @@ impl PadRing {
             .map_err(|e| Error::io(&self.dev.info().path, "writing the pad", e))
     }
 
-    /// A group was placed: segments `segs` (new, or the open one receiving its
-    /// first records) need the pad from the group's batch at `v` on (or, for a
-    /// group replayed from the pad, from the region held for replay).
+    /// A group was placed: segments `segs` (every segment it put records in)
+    /// need the pad from the group's batch at `v` on (or, for a group
+    /// replayed from the pad, from the region held for replay, which is older
+    /// than any batch written since: it lowers a segment's mark).
     pub fn mark_segments(&self, v: Option<u64>, segs: &[u64]) {
         let mut s = self.st.lock();
         let v = v.or(s.hold).unwrap_or(s.tail);
         for &seq in segs {
-            if !s.marks.iter().any(|&(q, _)| q == seq) {
-                s.marks.push_back((seq, v));
+            match s.marks.iter_mut().find(|m| m.0 == seq) {
+                Some(m) => m.1 = m.1.min(v),
+                None => s.marks.push_back((seq, v)),
             }
         }
         s.pending = None;
@@ -216,15 +221,14 @@ impl PadRing {
         Ok(total as u64)
     }
 
-    /// Segments up to `max_seq` are durable: advance the tail past the groups
-    /// that only they needed, recording the new tail durably before the space
-    /// is reused.
-    pub fn release(&self, max_seq: u64, tag: u64) -> Result<()> {
+    /// Segments `durable` are durable: advance the tail past the groups that
+    /// only they needed, recording the new tail durably before the space is
+    /// reused. (Not "every segment up to the newest of them": with separate GC
+    /// writes an older segment of the other stream may still be open.)
+    pub fn release(&self, durable: &[u64], tag: u64) -> Result<()> {
         let (hdr, new_tail) = {
             let mut s = self.st.lock();
-            while s.marks.front().is_some_and(|m| m.0 <= max_seq) {
-                s.marks.pop_front();
-            }
+            s.marks.retain(|m| !durable.contains(&m.0));
             let new_tail = s.needed_from();
             if new_tail <= s.tail {
                 return Ok(());
@@ -281,6 +285,14 @@ impl PadRing {
     /// `(virt, batch seq)` of every batch still needed (for `check`).
     pub fn batches(&self) -> Vec<(u64, u64)> {
         self.st.lock().batches.iter().copied().collect()
+    }
+
+    /// Whether segment `seq` holds the oldest batch still needed (perhaps
+    /// with others that hold the same one).
+    pub fn holds_oldest(&self, seq: u64) -> bool {
+        let s = self.st.lock();
+        let oldest = s.marks.iter().map(|m| m.1).min();
+        s.marks.iter().any(|m| m.0 == seq && Some(m.1) == oldest)
     }
 
     /// Bytes of the ring in use.

@@ -196,6 +196,7 @@ impl Engine {
         self.status.reset_band(b);
         ws.cur_band = Some(b);
         ws.next_sib = 0;
+        ws.band_first = ws.next_seg;
         let hdr = BandHeader {
             state: BAND_IN_USE,
             pool_tag: self.tag,

@@ -523,7 +523,11 @@ fn account_live(e: &Engine) {
 }
 
 /// Step 8: band table and write state; the newest band stays open, and (without
-/// a pad) its footerless last segment is filled on.
+/// a pad) its footerless last segment is filled on. With separate GC writes
+/// the newest band, whichever stream filled it, is resumed as the user
+/// writes' band; an older band the other stream had open stays sealed, its
+/// unwritten slots unused until GC empties it (the simpler first version of
+/// the plan's §4.5).
 fn restore_state(
     e: &Engine,
     hdrs: &BandHeaders,
@@ -582,6 +586,9 @@ fn restore_state(
             seal_partial(e, p)?;
         }
     }
+    // The newest band in use, resumed or not: the placement rule of separate
+    // GC writes (stream.rs) compares open bands against it.
+    ws.band_first = hdrs.first.iter().flatten().copied().max().unwrap_or(0);
     ws.next_seq = rp.max_seq + 1 + SEQ_GAP_AT_OPEN;
     e.seq_hint.store(ws.next_seq, SeqCst);
     e.next_seg_hint.store(ws.next_seg, SeqCst);

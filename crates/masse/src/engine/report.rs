@@ -101,6 +101,8 @@ fn copy_counters(e: &Engine, s: &mut Stats) {
     s.inplace_writes = ld(&c.inplace_writes);
     s.inplace_bytes = ld(&c.inplace_bytes);
     s.forced_seals = ld(&c.forced_seals);
+    s.stream_diverted = ld(&c.stream_diverted);
+    s.gc_separate = e.streams_on();
     s.gc_runs = ld(&c.gc_runs);
     s.gc_bands_freed = ld(&c.gc_bands_freed);
     s.gc_bytes_read = ld(&c.gc_bytes_read);

@@ -205,9 +205,37 @@ impl SegmentCache {
     }
 }
 
+/// The two write streams of a tiered pool with separated GC writes
+/// (`Options::gc_separate`, design.md §9.5): user writes and GC moves fill
+/// open bands of their own, so records that survived GC (cold) do not share
+/// bands with fresh ones (hot). Other pools, and tiered ones without the
+/// option, write everything to `User`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Stream {
+    User,
+    Gc,
+}
+
+/// One stream's write position: its open segment and band.
+#[derive(Default)]
+pub(crate) struct StreamPos {
+    pub open: Option<OpenSegment>,
+    pub cur_band: Option<u32>,
+    /// Next free slot in the open band, counted from the band's first.
+    pub next_sib: u64,
+    /// `first_seq` of the band this stream opened last (open or not; 0 if
+    /// none yet this run): the placement rule's notion of "newest".
+    pub band_first: u64,
+}
+
 /// Where the log is written next: the open segment, segments closed but not
 /// yet sealed, the next record and segment sequence numbers, and the open
 /// band with its next free slot. Held by the group-commit leader.
+///
+/// The fields `open`, `cur_band`, `next_sib` and `band_first` are the
+/// `User` stream's; the `Gc` stream's wait in `parked` and are swapped in
+/// for as long as a record is placed in that stream ([`WriteState::in_stream`]),
+/// so placement itself knows nothing of streams.
 pub(crate) struct WriteState {
     pub open: Option<OpenSegment>,
     pub to_seal: Vec<OpenSegment>,
@@ -216,6 +244,10 @@ pub(crate) struct WriteState {
     pub cur_band: Option<u32>,
     /// Next free slot in the open band, counted from the band's first.
     pub next_sib: u64,
+    /// `first_seq` of the band the `User` stream opened last (see [`StreamPos`]).
+    pub band_first: u64,
+    /// The `Gc` stream's position while the `User` stream's is in use.
+    pub parked: StreamPos,
     /// The segment closed last: its sequence number and the end of its
     /// records (written into the next segment's header as `prev_end`).
     pub last_closed: Option<(u64, u32)>,
@@ -231,8 +263,53 @@ impl WriteState {
             next_seg: epoch << 40,
             cur_band: None,
             next_sib: 0,
+            band_first: 0,
+            parked: StreamPos::default(),
             last_closed: None,
         }
+    }
+
+    /// Run `f` with stream `s`'s position in the working fields.
+    pub fn in_stream<T>(&mut self, s: Stream, f: impl FnOnce(&mut WriteState) -> T) -> T {
+        if s == Stream::User {
+            return f(self);
+        }
+        self.swap_parked();
+        let out = f(self);
+        self.swap_parked();
+        out
+    }
+
+    fn swap_parked(&mut self) {
+        let p = &mut self.parked;
+        std::mem::swap(&mut self.open, &mut p.open);
+        std::mem::swap(&mut self.cur_band, &mut p.cur_band);
+        std::mem::swap(&mut self.next_sib, &mut p.next_sib);
+        std::mem::swap(&mut self.band_first, &mut p.band_first);
+    }
+
+    /// Stream `s`'s open segment.
+    pub fn open_of(&self, s: Stream) -> Option<&OpenSegment> {
+        match s {
+            Stream::User => self.open.as_ref(),
+            Stream::Gc => self.parked.open.as_ref(),
+        }
+    }
+
+    /// Stream `s`'s open band and the `first_seq` of the band it opened last.
+    pub fn band_of(&self, s: Stream) -> (Option<u32>, u64) {
+        match s {
+            Stream::User => (self.cur_band, self.band_first),
+            Stream::Gc => (self.parked.cur_band, self.parked.band_first),
+        }
+    }
+
+    /// Open segments holding records, of both streams.
+    pub fn open_with_records(&self) -> impl Iterator<Item = &OpenSegment> {
+        [self.open.as_ref(), self.parked.open.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter(|o| !o.entries.is_empty())
     }
 
     /// A segment takes no more records: queue it for sealing and remember
@@ -240,6 +317,20 @@ impl WriteState {
     pub fn close_segment(&mut self, o: OpenSegment) {
         self.last_closed = Some((o.buf.seq, o.used as u32));
         self.to_seal.push(o);
+    }
+
+    /// Close stream `s`'s open segment, if it holds records.
+    pub fn close_stream(&mut self, s: Stream) -> bool {
+        self.in_stream(s, |ws| match ws.open.take() {
+            Some(o) if !o.entries.is_empty() => {
+                ws.close_segment(o);
+                true
+            }
+            o => {
+                ws.open = o;
+                false
+            }
+        })
     }
 
     /// `prev_end` for the header of segment `seq`: where the segment before

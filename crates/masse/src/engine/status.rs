@@ -166,8 +166,8 @@ impl StatusTable {
     }
 
     /// The table as [`Db::band_status`](crate::Db::band_status) reports it.
-    /// `open` is the open segment's slot and the room it has left.
-    pub fn rows(&self, bands: &[BandInfo], open: Option<(u64, u32)>) -> Vec<BandStatus> {
+    /// `open` holds the open segments' slots and the room each has left.
+    pub fn rows(&self, bands: &[BandInfo], open: &[(u64, u32)]) -> Vec<BandStatus> {
         bands
             .iter()
             .enumerate()
@@ -186,12 +186,7 @@ impl StatusTable {
             .collect()
     }
 
-    fn segment_rows(
-        &self,
-        b: u32,
-        info: &BandInfo,
-        open: Option<(u64, u32)>,
-    ) -> Vec<SegmentStatus> {
+    fn segment_rows(&self, b: u32, info: &BandInfo, open: &[(u64, u32)]) -> Vec<SegmentStatus> {
         let l = &self.layout;
         let first = l.first_slot(b);
         (0..l.slots_per_band)
@@ -199,8 +194,8 @@ impl StatusTable {
                 let slot = first + i;
                 let placed = self.slot_placed[slot as usize].load(Relaxed);
                 let live = self.slot_live[slot as usize].load(Relaxed);
-                let (use_state, free_size) = match open {
-                    Some((s, free)) if s == slot => ("open", free),
+                let (use_state, free_size) = match open.iter().find(|o| o.0 == slot) {
+                    Some(&(_, free)) => ("open", free),
                     _ if info.state != BandState::Free
                         && (i < info.written_slots || placed > 0) =>
                     {

@@ -184,9 +184,12 @@ impl<'e> Burst<'e> {
         }
         e.segments.remove_all(&self.done);
         e.bytes_since_ckpt.fetch_add(written, Relaxed);
-        match (&e.pad, self.done.iter().map(|b| b.seq).max()) {
-            (Some(p), Some(max_seq)) => p.release(max_seq, e.tag),
-            _ => Ok(()),
+        match &e.pad {
+            Some(p) => {
+                let seqs: Vec<u64> = self.done.iter().map(|b| b.seq).collect();
+                p.release(&seqs, e.tag)
+            }
+            None => Ok(()),
         }
     }
 
