@@ -527,3 +527,48 @@ fn newest_run(found: &[(u64, u64, u64)], _ring: u64) -> Option<(u64, u64, usize)
     }
     Some((v[i].0, v[i].1, v.len() - i))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::MemDevice;
+
+    fn ring() -> PadRing {
+        let dev: Arc<dyn Device> = Arc::new(MemDevice::new(8 << 20));
+        PadRing::new(dev, 1 << 20, 4 << 20, 0)
+    }
+
+    fn tail(p: &PadRing) -> u64 {
+        p.st.lock().needed_from()
+    }
+
+    /// The tail is the oldest of all marks, not the first one pushed: a
+    /// group replayed at open marks (or lowers the mark of) a segment with
+    /// the replayed region, older than marks set before it. And a segment's
+    /// mark goes only when that segment is durable, whatever its seq: with
+    /// separate GC writes an older segment of the other stream may still be
+    /// open while newer ones are written.
+    #[test]
+    fn the_tail_is_the_oldest_mark_and_marks_go_per_segment() {
+        let p = ring();
+        let tag = 7;
+        p.resume(0, 3 << 20, 1, 0, VecDeque::new()); // a replayed region [0, 3 MiB)
+        let v = match p.reserve(4096, tag, &[], &|| Ok(())).expect("reserve") {
+            Reserved::At(v) => v,
+            Reserved::HeldByOpenSegment => unreachable!("the ring has room"),
+        };
+        p.mark_segments(Some(v), &[10]); // a GC group opens segment 10
+        p.mark_segments(None, &[11, 10]); // a replayed group: segment 11, and 10 again
+        p.end_hold();
+        assert_eq!(
+            tail(&p),
+            0,
+            "segment 10's mark was lowered to the replayed region"
+        );
+        p.release(&[11], tag).expect("release");
+        assert_eq!(tail(&p), 0, "segment 10 is not durable yet");
+        assert!(p.holds_oldest(10));
+        p.release(&[10], tag).expect("release");
+        assert_eq!(tail(&p), p.st.lock().head, "nothing needed any more");
+    }
+}
