@@ -548,27 +548,44 @@ mod tests {
     /// mark goes only when that segment is durable, whatever its seq: with
     /// separate GC writes an older segment of the other stream may still be
     /// open while newer ones are written.
+    /// A ring with a replayed region [0, 3 MiB) held, and a batch reserved
+    /// after it at the returned offset.
+    fn replaying() -> (PadRing, u64) {
+        let p = ring();
+        p.resume(0, 3 << 20, 1, 0, VecDeque::new());
+        match p.reserve(4096, 7, &[], &|| Ok(())).expect("reserve") {
+            Reserved::At(v) => (p, v),
+            Reserved::HeldByOpenSegment => unreachable!("the ring has room"),
+        }
+    }
+
+    /// The tail is the oldest of all marks, not the first one pushed: a group
+    /// replayed at open marks a segment with the replayed region, older than
+    /// marks set before it. And a segment's mark goes only when that segment
+    /// is durable, whatever its seq: with separate GC writes an older segment
+    /// of the other stream may still be open while newer ones are written.
     #[test]
     fn the_tail_is_the_oldest_mark_and_marks_go_per_segment() {
-        let p = ring();
-        let tag = 7;
-        p.resume(0, 3 << 20, 1, 0, VecDeque::new()); // a replayed region [0, 3 MiB)
-        let v = match p.reserve(4096, tag, &[], &|| Ok(())).expect("reserve") {
-            Reserved::At(v) => v,
-            Reserved::HeldByOpenSegment => unreachable!("the ring has room"),
-        };
+        let (p, v) = replaying();
         p.mark_segments(Some(v), &[10]); // a GC group opens segment 10
-        p.mark_segments(None, &[11, 10]); // a replayed group: segment 11, and 10 again
+        p.mark_segments(None, &[11]); // a replayed group opens segment 11
         p.end_hold();
-        assert_eq!(
-            tail(&p),
-            0,
-            "segment 10's mark was lowered to the replayed region"
-        );
-        p.release(&[11], tag).expect("release");
-        assert_eq!(tail(&p), 0, "segment 10 is not durable yet");
+        assert_eq!(tail(&p), 0, "segment 11 needs the replayed region");
+        p.release(&[11], 7).expect("release");
+        assert_eq!(tail(&p), v, "segment 10 (an older seq) is not durable yet");
         assert!(p.holds_oldest(10));
-        p.release(&[10], tag).expect("release");
+        p.release(&[10], 7).expect("release");
         assert_eq!(tail(&p), p.st.lock().head, "nothing needed any more");
+    }
+
+    /// A replayed group that adds records to a segment a newer batch marked
+    /// first lowers that segment's mark to the replayed region.
+    #[test]
+    fn a_replayed_group_lowers_a_segments_mark() {
+        let (p, v) = replaying();
+        p.mark_segments(Some(v), &[10]);
+        p.mark_segments(None, &[10]);
+        p.end_hold();
+        assert_eq!(tail(&p), 0, "segment 10 holds replayed records");
     }
 }
