@@ -207,7 +207,9 @@ pub struct Options {
     /// Write an index checkpoint after this many bytes reach the capacity tier (0 = only at close).
     pub checkpoint_interval: u64,
     /// Start GC when free bands drop below this many (0 = automatic: bands/32 within
-    /// [5, 16], at most half the bands; design.md §9.1).
+    /// [5, 16], at most half the bands; design.md §9.1). 1 and 2 are refused
+    /// ([`Options::validate`]): at or below the user writes' reserve, GC would
+    /// start only once writers wait.
     pub gc_low_bands: u32,
     /// How GC picks the band to empty.
     pub gc_policy: GcPolicy,
@@ -263,6 +265,32 @@ pub struct Options {
     pub background_gc: bool,
     /// Write a checkpoint on close.
     pub checkpoint_on_close: bool,
+}
+
+impl Options {
+    /// Refuse settings the engine cannot run with: checked by `Db::create`
+    /// and `Db::open` before any device is touched.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidConfig(m));
+        if self.gc_low_bands == 1 || self.gc_low_bands == 2 {
+            return bad(format!(
+                "gc_low_bands {} is at or below the 2 free bands user writes never take: \
+                 background GC would start only once writers wait for space; use 0 \
+                 (automatic) or at least 3",
+                self.gc_low_bands
+            ));
+        }
+        if !(self.gc_duty > 0.0 && self.gc_duty <= 1.0) {
+            return bad(format!(
+                "gc_duty {} is not a share above 0 and at most 1",
+                self.gc_duty
+            ));
+        }
+        if self.max_batch_bytes == 0 {
+            return bad("max_batch_bytes 0 leaves no room for a group commit".into());
+        }
+        Ok(())
+    }
 }
 
 impl Default for Options {

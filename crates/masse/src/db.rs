@@ -104,18 +104,21 @@ impl Db {
     /// Format the devices in `cfg` as a new pool and open it. Refuses devices that
     /// already hold a masse pool.
     pub fn create(cfg: &PoolConfig, opts: Options) -> Result<Db> {
+        opts.validate()?;
         let pool = pool::create(cfg, false)?;
         Self::start(pool, opts)
     }
 
     /// Like [`Db::create`], but overwrites an existing pool on the devices.
     pub fn create_force(cfg: &PoolConfig, opts: Options) -> Result<Db> {
+        opts.validate()?;
         let pool = pool::create(cfg, true)?;
         Self::start(pool, opts)
     }
 
     /// Open an existing pool; recovers from a crash if the last run did not close.
     pub fn open(cfg: &PoolConfig, opts: Options) -> Result<Db> {
+        opts.validate()?;
         let pool = pool::open(cfg)?;
         Self::start(pool, opts)
     }

@@ -71,3 +71,67 @@ fn a_record_larger_than_a_band_is_refused_cleanly() {
     assert_eq!(db.get(b"small").expect("get").as_deref(), Some(&b"v"[..]));
     db.close().expect("close");
 }
+
+/// Options the engine cannot run with are refused with a clear error before
+/// any device is touched: create leaves the devices unformatted, open leaves
+/// the pool as it was.
+#[test]
+fn unusable_options_are_refused_before_the_devices_are_touched() {
+    use masse::Options;
+    let p = MemPool::tiered(64 << 20, 32 << 20);
+    let bad = [
+        Options {
+            gc_low_bands: 1,
+            ..opts()
+        },
+        Options {
+            gc_low_bands: 2,
+            ..opts()
+        },
+        Options {
+            gc_duty: 0.0,
+            ..opts()
+        },
+        Options {
+            gc_duty: 1.5,
+            ..opts()
+        },
+        Options {
+            gc_duty: f64::NAN,
+            ..opts()
+        },
+        Options {
+            max_batch_bytes: 0,
+            ..opts()
+        },
+    ];
+    for o in &bad {
+        match Db::create(&p.config(), o.clone()) {
+            Err(Error::InvalidConfig(m)) => assert!(!m.is_empty()),
+            Err(e) => panic!("{o:?}: {e}"),
+            Ok(_) => panic!("{o:?} was accepted"),
+        }
+    }
+    assert!(
+        matches!(Db::open(&p.config(), opts()), Err(_)),
+        "a refused create formatted the devices"
+    );
+    Db::create(&p.config(), opts())
+        .expect("create")
+        .close()
+        .expect("close");
+    for o in &bad {
+        assert!(matches!(
+            Db::open(&p.config(), o.clone()),
+            Err(Error::InvalidConfig(_))
+        ));
+    }
+    let o = Options {
+        gc_low_bands: 3,
+        ..opts()
+    };
+    Db::open(&p.config(), o)
+        .expect("3 is allowed")
+        .close()
+        .expect("close");
+}
