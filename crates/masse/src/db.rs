@@ -422,9 +422,7 @@ impl Db {
         let e = &self.engine;
         let open: Vec<(u64, u32)> = {
             let ws = e.write_state.lock();
-            [ws.open.as_ref(), ws.parked.open.as_ref()]
-                .into_iter()
-                .flatten()
+            ws.open_segments()
                 .map(|o| (o.buf.slot, o.room_left()))
                 .collect()
         };

@@ -419,9 +419,8 @@ impl Engine {
             new_segs: Vec::new(),
         };
         // An open segment receiving its first records needs the pad from this batch on.
-        let empty_open: Vec<u64> = [Stream::User, Stream::Gc]
-            .iter()
-            .filter_map(|&s| ws.open_of(s))
+        let empty_open: Vec<u64> = ws
+            .open_segments()
             .filter(|o| o.entries.is_empty())
             .map(|o| o.buf.seq)
             .collect();
@@ -594,23 +593,30 @@ impl Engine {
     /// writer (`Db::seal_open_segments`). Other pools make every group
     /// durable in its segment before acknowledging: nothing to do.
     pub(crate) fn seal_open(&self) -> Result<()> {
-        if self.pad.is_none() {
-            return Ok(());
+        match self.pad {
+            Some(_) => self.seal_streams(&[Stream::User, Stream::Gc]),
+            None => Ok(()),
         }
-        let mut ws = self.write_state.lock();
-        ws.close_stream(Stream::User);
-        ws.close_stream(Stream::Gc);
-        self.flush_segments(&mut ws, false)
     }
 
     /// Separate GC writes: close the `Gc` stream's open segment and hand it
-    /// to the writer (at a clean close).
+    /// to the writer (when GC is idle, at a clean close).
     pub(crate) fn seal_gc_stream(&self) -> Result<()> {
-        if !self.streams_on() {
-            return Ok(());
+        match self.streams_on() {
+            true => self.seal_streams(&[Stream::Gc]),
+            false => Ok(()),
         }
+    }
+
+    /// Close the open segments of `streams` that hold records and hand them
+    /// to the writer (tiered).
+    fn seal_streams(&self, streams: &[Stream]) -> Result<()> {
         let mut ws = self.write_state.lock();
-        match ws.close_stream(Stream::Gc) {
+        let mut closed = false;
+        for &s in streams {
+            closed |= ws.close_stream(s);
+        }
+        match closed {
             true => self.flush_segments(&mut ws, false),
             false => Ok(()),
         }

@@ -115,8 +115,7 @@ pub(crate) fn wait_for_space(e: &Engine, class: WriteClass, recs: &[PendingRecor
                 // A band being freed by another pass, or segments in flight, may still help.
                 let busy = {
                     let ws = e.write_state.lock();
-                    let open = [ws.open.is_some(), ws.parked.open.is_some()];
-                    let sealed_in_flight = e.segments.len() > open.iter().filter(|&&o| o).count();
+                    let sealed_in_flight = e.segments.len() > ws.open_segments().count();
                     let bt = e.bands.lock();
                     sealed_in_flight || bt.bands.iter().any(|b| b.state == BandState::Victim)
                 };

@@ -304,12 +304,16 @@ impl WriteState {
         }
     }
 
-    /// Open segments holding records, of both streams.
-    pub fn open_with_records(&self) -> impl Iterator<Item = &OpenSegment> {
+    /// The open segments of both streams.
+    pub fn open_segments(&self) -> impl Iterator<Item = &OpenSegment> {
         [self.open.as_ref(), self.parked.open.as_ref()]
             .into_iter()
             .flatten()
-            .filter(|o| !o.entries.is_empty())
+    }
+
+    /// Open segments holding records, of both streams.
+    pub fn open_with_records(&self) -> impl Iterator<Item = &OpenSegment> {
+        self.open_segments().filter(|o| !o.entries.is_empty())
     }
 
     /// A segment takes no more records: queue it for sealing and remember

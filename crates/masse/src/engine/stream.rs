@@ -298,10 +298,9 @@ mod tests {
         db.close().expect("close");
     }
 
-    /// A key moved twice in one group then overwritten in the same group
-    /// (rule 1) is covered by the commit filter; here: a batch holding a
-    /// moved key and a key of the user band keeps both streams' order, and
-    /// the pool reopens with the resumed band the newest.
+    /// A batch holding moved keys (in the newer GC band) and a key of the
+    /// user band: its records go to both streams, each after its key's copy,
+    /// and recover after a crash; then more churn, GC and a second crash.
     #[test]
     fn batches_across_both_streams_recover() {
         let (fast, cap) = (MemDevice::new(64 << 20), MemDevice::new(16 << 20));
