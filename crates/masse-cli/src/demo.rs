@@ -152,6 +152,13 @@ pub struct DemoArgs {
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
 
+    /// Operations in each read, overwrite and readwrite phase (default: --num, or with
+    /// --duration as many as the time allows). With --duration the timed phases stop at
+    /// whichever comes first. A fixed count makes the write amplification of two runs
+    /// comparable: the fill, written once, dilutes it less the more overwrites follow.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub ops: Option<u64>,
+
     /// Share of reads in the readwrite phase, in percent.
     #[arg(long, value_name = "PCT", default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
     pub read_percent: u8,
@@ -204,6 +211,14 @@ pub struct DemoArgs {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_value_t = true,
           default_missing_value = "true", action = clap::ArgAction::Set)]
     pub gc_separate: bool,
+
+    /// With `--gc-separate`: a user write of a key whose newest copy is in a band
+    /// sealed more than half the pool's bands ago goes into the GC moves' band
+    /// (`Options::cold_user_writes`; the engine's default). `false`: every user
+    /// write goes to the user writes' band.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_value_t = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub cold_user_writes: bool,
 
     /// Whether GC TRIMs the bands it frees: `auto` on drives but not on pool files,
     /// where the TRIM is a hole punch that stalls concurrent gets.
@@ -299,6 +314,8 @@ struct Ctx<'a> {
     db: &'a Db,
     versions: Vec<AtomicU32>,
     num: u64,
+    /// Operations per read, overwrite or readwrite phase (`--ops`).
+    ops: Option<u64>,
     threads: usize,
     key_size: usize,
     value_size: usize,
@@ -455,9 +472,20 @@ impl Ctx<'_> {
         }
     }
 
-    fn ops_for(&self, t: usize) -> u64 {
+    /// Operations of a read, overwrite or readwrite phase: `--ops`, else
+    /// unbounded in a timed phase, else `--num`.
+    fn phase_ops(&self, timed: bool) -> u64 {
+        match self.ops {
+            Some(n) => n,
+            None if timed => u64::MAX,
+            None => self.num,
+        }
+    }
+
+    /// Thread `t`'s share of `n` operations.
+    fn ops_for(&self, t: usize, n: u64) -> u64 {
         let tt = self.threads as u64;
-        self.num / tt + u64::from((t as u64) < self.num % tt)
+        n / tt + u64::from((t as u64) < n % tt)
     }
 
     fn key_name(&self, k: u64) -> String {
@@ -639,11 +667,8 @@ impl Ctx<'_> {
                 if owned == 0 {
                     return Ok(tl);
                 }
-                let limit = if deadline.is_some() && phase != Phase::Read {
-                    u64::MAX
-                } else {
-                    self.ops_for(t)
-                };
+                let timed = deadline.is_some() && phase != Phase::Read;
+                let limit = self.ops_for(t, self.phase_ops(timed));
                 let mut i = 0;
                 while i < limit {
                     if self.abort.load(Relaxed) {
@@ -683,6 +708,7 @@ impl Ctx<'_> {
             Phase::Delete => (0..self.num)
                 .filter(|&k| mix64(k ^ mix64(self.seed ^ 0xde1e7e)) & 1 == 1)
                 .count() as u64,
+            Phase::Read | Phase::Overwrite | Phase::Readwrite => self.ops.unwrap_or(self.num),
             _ => self.num,
         };
         let progress = Progress::start(phase.name(), timed, total);
@@ -754,6 +780,8 @@ struct Workload {
     value_size: usize,
     phases: Vec<Phase>,
     duration_secs: Option<f64>,
+    /// `--ops`: operations per read, overwrite or readwrite phase.
+    ops: Option<u64>,
     read_percent: u8,
     key_dist: KeyDist,
     zipf_theta: Option<f64>,
@@ -765,6 +793,8 @@ struct Workload {
     gc_low_bands: Option<u32>,
     /// GC moves in a stream of their own (`Options::gc_separate`).
     gc_separate: bool,
+    /// Cold user writes with the GC moves (`Options::cold_user_writes`).
+    cold_user_writes: bool,
     seed: u64,
     record_bytes: u64,
     data_bytes: u64,
@@ -870,7 +900,8 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
         a.threads,
         phases.join(","),
         a.seed,
-        a.duration.map(|d| format!("; overwrite/readwrite for {d} s")).unwrap_or_default(),
+        a.duration.map(|d| format!("; overwrite/readwrite for {d} s")).unwrap_or_default()
+            + &a.ops.map(|n| format!("; {n} ops per read/overwrite/readwrite phase")).unwrap_or_default(),
         match a.key_dist {
             KeyDist::Uniform => String::new(),
             KeyDist::Zipfian => format!("; zipfian keys, theta {}", a.zipf_theta),
@@ -892,6 +923,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
                 .map(|n| format!("; GC below {n} free bands"))
                 .unwrap_or_default()
             + if a.gc_separate { "" } else { "; GC moves with user writes" }
+            + if a.cold_user_writes || !a.gc_separate { "" } else { "; no cold user writes with GC moves" }
             + match trim {
                 TrimArg::Auto => "",
                 TrimArg::Always => "; TRIM always",
@@ -913,6 +945,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
         opts.gc_low_bands = n;
     }
     opts.gc_separate = a.gc_separate;
+    opts.cold_user_writes = a.cold_user_writes;
     if let Some(b) = a.writer_inflight {
         opts.writer_inflight_bytes = b as usize;
     }
@@ -953,6 +986,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
             value_size,
             phases: a.phases.clone(),
             duration_secs: a.duration,
+            ops: a.ops,
             read_percent: a.read_percent,
             key_dist: a.key_dist,
             zipf_theta: (a.key_dist == KeyDist::Zipfian).then_some(a.zipf_theta),
@@ -962,6 +996,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
             gc_duty,
             gc_low_bands: a.gc_low_bands,
             gc_separate: a.gc_separate,
+            cold_user_writes: a.cold_user_writes,
             seed: a.seed,
             record_bytes: rec,
             data_bytes: data,
@@ -982,6 +1017,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
         db: &db,
         versions: (0..num).map(|_| AtomicU32::new(0)).collect(),
         num: a.num,
+        ops: a.ops,
         threads: a.threads,
         key_size,
         value_size,

@@ -133,6 +133,11 @@ fn writes(o: &mut Fams, s: &Stats) {
         "Records placed in the other write stream's band, after their key's newest copy (gc_separate)",
         s.stream_diverted as f64,
     );
+    o.counter(
+        "cold_writes",
+        "User writes placed with GC moves because their key's newest copy was old (cold_user_writes)",
+        s.cold_writes as f64,
+    );
     o.gauge(
         "host_write_amplification",
         "Capacity-tier bytes written / user bytes written since open",

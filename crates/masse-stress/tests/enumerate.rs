@@ -117,6 +117,12 @@ fn separate_gc_streams() {
     enumerate("streams", |_| {});
 }
 
+/// User writes of long-unwritten keys in the GC moves' band.
+#[test]
+fn cold_user_writes() {
+    enumerate("cold-writes", |_| {});
+}
+
 /// The tiered scenarios with GC moves among the user writes
 /// (`Options::gc_separate` off; the other tests run the engine's default).
 #[test]

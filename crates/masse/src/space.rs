@@ -37,7 +37,8 @@ impl Db {
         let reserve = WriteClass::User.reserve_bands();
         // Kept back besides the reserve: a band's worth for the open band's
         // tail and for GC to move into, and with separate GC writes one more,
-        // the GC stream's open band, which user writes do not fill.
+        // the GC stream's open band, which GC opens (cold user writes fill
+        // it too, but never open one: counting it out is conservative).
         let kept = 1 + e.streams_on() as u64;
         let live = e.status.live_total();
         Space {

@@ -54,6 +54,7 @@ pub(crate) struct Counters {
     pub inplace_bytes: AtomicU64,
     pub forced_seals: AtomicU64,
     pub stream_diverted: AtomicU64,
+    pub cold_writes: AtomicU64,
     pub gc_runs: AtomicU64,
     pub gc_bands_freed: AtomicU64,
     pub gc_bytes_read: AtomicU64,
@@ -252,6 +253,10 @@ pub struct Stats {
     /// other stream's open band than their own, to land after their key's
     /// newest copy (design.md §9.5).
     pub stream_diverted: u64,
+    /// Separate GC writes with `Options::cold_user_writes`: user writes
+    /// placed in the GC moves' band because their key's newest copy was old
+    /// (design.md §9.5).
+    pub cold_writes: u64,
     /// Capacity-tier bytes written ÷ user bytes written.
     pub host_write_amplification: f64,
     /// GC passes that freed a band.
@@ -402,7 +407,8 @@ impl Stats {
         if self.gc_separate {
             let _ = writeln!(
                 s,
-                "gc streams           GC moves in a band of their own; {} records placed in the other stream's band, after their key's newest copy",
+                "gc streams           GC moves in a band of their own, with {} cold user writes; {} records placed in the other stream's band, after their key's newest copy",
+                self.cold_writes,
                 self.stream_diverted
             );
         }

@@ -130,13 +130,17 @@ proptest! {
 
     /// GC four times as often, with GC moves in a stream of their own (the
     /// default, `Options::gc_separate`: two open bands, and the placement
-    /// rule that keeps recovery's "later position wins" true) and among the
-    /// user writes.
+    /// rule that keeps recovery's "later position wins" true), the same with
+    /// user writes cold after one band (`cold_user_writes`; the automatic
+    /// age, half of this pool, is never reached here), and among the user
+    /// writes.
     #[test]
     fn tiered_gc_streams_match_model(ops in prop::collection::vec(op_with_gc(8), 1..400)) {
         let p = || MemPool::tiered(48 << 20, 16 << 20).with_geometry(16 << 10, 256 << 10);
         let sep = Options { gc_separate: true, gc_policy: GcPolicy::CostBenefit, ..opts() };
-        run_with(p(), ops.clone(), sep);
+        run_with(p(), ops.clone(), sep.clone());
+        let cold = Options { cold_age_bands: 1, ..sep };
+        run_with(p(), ops.clone(), cold);
         let mixed = Options { gc_separate: false, gc_policy: GcPolicy::Greedy, ..opts() };
         run_with(p(), ops, mixed);
     }

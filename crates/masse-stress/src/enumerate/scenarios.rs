@@ -121,6 +121,13 @@ pub fn all() -> Vec<Scenario> {
             script: streams,
         },
         Scenario {
+            name: "cold-writes",
+            about: "user writes of keys left alone for a while join the GC moves' band (cold): puts, a delete, a batch across both bands, GC of bands of cold writes, a reopen",
+            modes: &["tiered"],
+            setup: cold_setup,
+            script: cold_writes,
+        },
+        Scenario {
             name: "pad-wrap",
             about: "the write pad wraps around (tiered, smallest pad), GC keeps up",
             modes: &["tiered"],
@@ -159,6 +166,75 @@ fn streams_setup(mode: &str) -> Setup {
         gc_separate: true,
         ..Setup::small(mode)
     }
+}
+
+/// The small pool, GC moves in a stream of their own, and a user write cold
+/// once two bands have been opened after its key's copy's band.
+fn cold_setup(mode: &str) -> Setup {
+    Setup {
+        gc_separate: true,
+        cold_age: 2,
+        ..Setup::small(mode)
+    }
+}
+
+/// Cold user writes (design.md §9.5): keys written once; GC moves the
+/// survivors of a half-dead band into a band of its own (the scenario fails
+/// if it opens none); two bands and more of other keys' writes; then the
+/// first keys written again: cold, so they join the GC band (the scenario
+/// fails if none is counted cold). A batch spans a cold key, a hot key and
+/// a cold delete; a cold key deleted is put again; GC empties the bands
+/// that held the first writes and those the cold writes went to. The open
+/// segments are sealed at each step, so recovery has only the capacity
+/// tier's positions to order the versions by.
+fn cold_writes(s: &mut Script, scale: u32) -> Result<(), Violation> {
+    for r in 0..scale {
+        let (b, n) = (r * 1000, 30);
+        for k in b..b + n {
+            s.put(k, 7000)?; // about a band: the cold keys
+        }
+        for k in b + 100..b + 130 {
+            s.put(k, 7000)?;
+        }
+        for k in (b + 100..b + 130).step_by(2) {
+            s.put(k, 6000)?; // half of them die
+        }
+        s.flush()?;
+        s.gc()?;
+        let check = r == 0 && s.setup().gc_separate;
+        if check && open_bands(s)? != 2 {
+            return Err(Violation(
+                "scenario: GC did not open a band of its own".into(),
+            ));
+        }
+        for round in 0..7 {
+            for k in b + n..b + n + 12 {
+                s.put(k, 5000 + round * 100)?; // hot keys
+            }
+        }
+        s.put(b + 1, 5000)?; // cold: into the GC band
+        if check && s.db()?.stats().cold_writes == 0 {
+            return Err(Violation("scenario: no user write was cold".into()));
+        }
+        s.batch(&[(b + 2, Some(4000)), (b + n + 1, Some(4500)), (b + 3, None)])?;
+        s.delete(b + 4)?;
+        s.seal_open()?;
+        s.put(b + 1, 5100)?; // its copy is young now
+        s.put(b + 4, 3000)?; // after its delete
+        s.seal_open()?;
+        s.flush()?;
+        for _ in 0..4 {
+            if !s.gc()? {
+                break;
+            }
+        }
+        s.put(b + 5, 2500)?;
+        s.seal_open()?;
+    }
+    s.reopen()?;
+    s.put(1, 1500)?;
+    s.gc()?;
+    Ok(())
 }
 
 /// Bands in the state "open".

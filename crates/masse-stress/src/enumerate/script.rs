@@ -39,6 +39,10 @@ pub struct Setup {
     /// trace recorded before the option existed had them with user writes).
     #[serde(default)]
     pub gc_separate: bool,
+    /// `Options::cold_age_bands` (0: the engine's automatic, half the
+    /// pool): a small value makes user writes cold within a few bands.
+    #[serde(default)]
+    pub cold_age: u64,
 }
 
 impl Setup {
@@ -54,6 +58,7 @@ impl Setup {
             keep_freed: false,
             format: None,
             gc_separate: masse::Options::default().gc_separate,
+            cold_age: 0,
         }
     }
 
@@ -108,6 +113,7 @@ pub fn options(setup: &Setup) -> Options {
         checkpoint_interval: 0,
         histograms: false,
         gc_separate: setup.gc_separate,
+        cold_age_bands: setup.cold_age,
         trim_freed_bands: if setup.keep_freed {
             TrimPolicy::Never
         } else {

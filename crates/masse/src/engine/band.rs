@@ -86,6 +86,18 @@ impl BandTable {
         }
     }
 
+    /// How old band `b`'s records are, in bands opened (by either write
+    /// stream) since the last of them could have been written: 0 while the
+    /// band is open, else since it was sealed. For cold user writes
+    /// (`engine::stream`); measured from the band's opening, an open band
+    /// left half full for long made the keys just written into it look old.
+    pub fn records_age(&self, b: usize) -> u64 {
+        match self.bands[b].state {
+            BandState::Open => 0,
+            _ => self.clock.saturating_sub(self.bands[b].sealed_at),
+        }
+    }
+
     /// Bands written since band `b` was sealed (at least 1).
     pub fn age(&self, b: usize) -> u64 {
         self.clock.saturating_sub(self.bands[b].sealed_at).max(1)

@@ -13,7 +13,7 @@ use super::pad::{PadRing, Reserved};
 use super::request::{Next, Outcome, PendingRecord, RecordKind, Req, Wake, WriteClass};
 use super::segment::{OpenSegment, SegmentBuf, Stream, WriteState};
 use super::state::Engine;
-use super::stream::{wanted, StreamChoice};
+use super::stream::{Pick, StreamChoice};
 use super::writer_jobs::WriterJob;
 use crate::device::{round_down64, round_up, AlignedBuf};
 use crate::error::{Error, Result};
@@ -40,7 +40,7 @@ struct Selection<'b> {
     take: Vec<(&'b Arc<Req>, Vec<usize>)>,
     /// Per admitted request, the stream of each of its records (by index in
     /// the request; empty: all `User`).
-    streams: Vec<Vec<Stream>>,
+    streams: Vec<Vec<Pick>>,
     /// Segment bytes of the records to place.
     bytes: usize,
     /// scm-only: lone puts written over their old record, and the page images.
@@ -244,7 +244,7 @@ impl Engine {
         let recs = recs.iter().map(|p| {
             let s = choice
                 .as_ref()
-                .map_or(Stream::User, |c| c.choose(self, ws, p));
+                .map_or(Stream::User, |c| c.choose(self, ws, p).stream);
             (p.len(codec), s)
         });
         self.admit(&mut a, class, recs)
@@ -336,11 +336,11 @@ impl Engine {
             // every record of the request: the ones the filter drops only make
             // the real placement end earlier.
             let codec = self.layout.codec;
-            let streams: Vec<Stream> = match &choice {
+            let streams: Vec<Pick> = match &choice {
                 Some(c) => r.recs.iter().map(|p| c.choose(self, ws, p)).collect(),
                 None => Vec::new(),
             };
-            let stream = |i: usize| streams.get(i).copied().unwrap_or(Stream::User);
+            let stream = |i: usize| streams.get(i).map_or(Stream::User, |k| k.stream);
             let recs = r
                 .recs
                 .iter()
@@ -387,8 +387,9 @@ impl Engine {
         }
     }
 
-    /// The `Gc` stream's open segment fills only while GC runs, and until it
-    /// is sealed it holds the pad from its first batch on. Once it holds the
+    /// The `Gc` stream's open segment fills only while GC runs or cold user
+    /// writes come, and until it is sealed it holds the pad from its first
+    /// batch on. Once it holds the
     /// oldest batch still needed and the pad is half full, seal it, rather
     /// than let the pad fill and stall every writer until it is sealed.
     fn seal_idle_gc_segment(&self, p: &PadRing, ws: &mut WriteState) -> Result<()> {
@@ -430,10 +431,9 @@ impl Engine {
             for (j, &i) in idx.iter().enumerate() {
                 let more = j + 1 < idx.len();
                 let p = &r.recs[i];
-                let s = streams.get(i).copied().unwrap_or(Stream::User);
-                if !streams.is_empty() && s != wanted(p) {
-                    self.counters.stream_diverted.fetch_add(1, Relaxed);
-                }
+                let s = streams
+                    .get(i)
+                    .map_or(Stream::User, |k| self.count_pick(p, k));
                 let (placed, bytes) =
                     ws.in_stream(s, |ws| self.place_record(ws, p, more, &mut g.new_segs))?;
                 if to_pad {
@@ -452,6 +452,20 @@ impl Engine {
             g.new_segs.insert(0, seq);
         }
         Ok(g)
+    }
+
+    /// Count a record's stream choice (diverted, cold); returns its stream.
+    fn count_pick(&self, p: &PendingRecord, k: &Pick) -> Stream {
+        match k.want {
+            Some(w) if w != k.stream => {
+                self.counters.stream_diverted.fetch_add(1, Relaxed);
+            }
+            Some(Stream::Gc) if !matches!(p.kind, RecordKind::Relocate(..)) => {
+                self.counters.cold_writes.fetch_add(1, Relaxed);
+            }
+            _ => {}
+        }
+        k.stream
     }
 
     /// A record's bytes in the pad batch: version 2 the segment copy, padded

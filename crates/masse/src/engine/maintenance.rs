@@ -82,15 +82,17 @@ fn collect(e: &Engine) {
     }
 }
 
-/// Separate GC writes: once GC has moved nothing for `GC_IDLE`, seal the
-/// GC stream's open segment. It fills only while GC moves records (any
-/// pass: background, a writer's waiting for space, `gc_once`) and holds the
+/// Separate GC writes: once nothing has entered the GC stream for
+/// `GC_IDLE`, seal its open segment. It fills while GC moves records (any
+/// pass: background, a writer's waiting for space, `gc_once`) and with cold
+/// user writes (`Options::cold_user_writes`), and holds the
 /// pad from its first batch on: left open, a crash would have the next open
 /// replay everything written since. Under steady churn GC never rests that
 /// long, so no segment is cut short there. `moved`: the moves counted at the
 /// last change, and when it changed (`None` once sealed).
 fn seal_when_idle(e: &Engine, moved: &mut (u64, Option<Instant>)) {
-    let now = e.counters.gc_records_moved.load(Relaxed);
+    let c = &e.counters;
+    let now = c.gc_records_moved.load(Relaxed) + c.cold_writes.load(Relaxed);
     if now != moved.0 {
         *moved = (now, Some(Instant::now()));
         return;

@@ -102,6 +102,7 @@ fn copy_counters(e: &Engine, s: &mut Stats) {
     s.inplace_bytes = ld(&c.inplace_bytes);
     s.forced_seals = ld(&c.forced_seals);
     s.stream_diverted = ld(&c.stream_diverted);
+    s.cold_writes = ld(&c.cold_writes);
     s.gc_separate = e.streams_on();
     s.gc_runs = ld(&c.gc_runs);
     s.gc_bands_freed = ld(&c.gc_bands_freed);
