@@ -6,7 +6,17 @@ One record is one unit; a band holds S records; GC empties the sealed band with
 the best score whenever fewer than --low bands are free and re-places its live
 records. Streams: `mixed` puts GC moves in the band user writes fill (masse
 today); `sep` gives GC moves a band of their own; `sep2` splits them by how often
-a record was moved since it was last written (once / more). By default a record
+a record was moved since it was last written (once / more); `hc2` is `sep` plus
+cold user writes (the write of a key whose live copy looks long-lived, by
+--cold-by, goes to the GC moves' band: masse's `Options::cold_user_writes`),
+`hc3` the same with a third band for them; `sepbit` is five classes after SepBIT
+(Wang et al., FAST '22): user writes split by the lifespan of the copy they
+replace (below --ell × keys user writes or not), GC moves by the age of their
+record (below 4×, 16× that, or older); `oracle` knows the future: every
+record, user write or move, goes to one of five bands by when its key is
+written next (within keys/16, keys/4, keys, 4·keys user writes, or later) —
+a bound on what placement by expected lifetime can do; `freq` the same five
+bands by an estimate of that from exact per-key write counts. By default a record
 may only land in a band opened after the band holding its key's live copy (masse's
 "later position = newer version", design.md §10.5); otherwise it goes to the
 newest open band, and the share of such forced placements is printed
@@ -14,7 +24,7 @@ newest open band, and the share of such forced placements is printed
 docs/plans/issue18-hot-cold.md §3 gives the whole rule.
 
 It counts records, not bytes: multiply by the format's own overhead (Table 4's
-1.17 with format 3) to compare with `masse demo`'s host WAF. The whole run is
+1.17 with format 3; 1.2 for the 16 + 100-byte records of the churn runs) to compare with `masse demo`'s host WAF. The whole run is
 counted, the fill included, as `masse demo --phases fill,overwrite` does.
 
 Example (docs/plans/issue18-hot-cold.md):
@@ -32,6 +42,8 @@ class Sim:
         self.NB, self.policy, self.mode, self.low, self.ordered = bands, policy, mode, low, ordered
         self.rnd = random.Random(seed)
         self.loc = [-1] * keys          # band of each key's live copy
+        self.cnt = [0] * keys           # freq: writes of each key so far
+        self.wtime = [0] * keys         # user writes before each key's live record was written
         self.moves_of = [0] * keys      # times each key's current record was moved by GC
         self.live = [0] * bands
         self.sealed_at = [0] * bands    # bands sealed before this one (its age clock)
@@ -93,19 +105,63 @@ class Sim:
         v = max((b for b in range(self.NB) if self.state[b] == "sealed"), key=self.score)
         for k in list(self.members[v]):
             self.moves_of[k] += 1
-            st = {"mixed": "user", "sep": "gc"}.get(self.mode)
-            if st is None:
+            st = {"mixed": "user", "sep": "gc", "hc2": "gc", "hc3": "gc"}.get(self.mode)
+            if self.mode == "freq":
+                st = self.freq_stream(k)
+            elif self.mode == "oracle":
+                st = self.oracle_stream(k)
+            elif self.mode == "sepbit":
+                age = self.user - self.wtime[k]
+                st = "g1" if age < 4 * self.ell else ("g2" if age < 16 * self.ell else "g3")
+            elif st is None:
                 st = "gc%d" % min(self.moves_of[k], 2)
             self.place(k, st)
             self.moved += 1
         self.state[v] = "free"
         self.free.append(v)
 
+    def user_stream(self, k):
+        """Where a user write goes: `hc2`/`hc3` send a key whose live copy looks
+        long-lived (moved by GC, or in a band sealed more than --cold-age bands
+        ago) to the GC band (`hc2`) or to a cold band of its own (`hc3`)."""
+        if not self.mode.startswith("hc") or self.loc[k] < 0:
+            return "user"
+        old = self.loc[k]
+        if self.cold_by == "moved":
+            cold = self.moves_of[k] > 0
+        else:
+            cold = self.state[old] == "sealed" and self.sealed - self.sealed_at[old] > self.cold_age
+        if not cold:
+            return "user"
+        return "gc" if self.mode == "hc2" else "cold"
+
+    def freq_stream(self, k):
+        """The oracle's five bands by an estimate instead: user writes so far over
+        the key's writes so far (exact per-key counts)."""
+        return self.bucket((self.user + 1) / self.cnt[k])
+
+    def bucket(self, left):
+        n = len(self.loc)
+        return "o%d" % sum(left >= t for t in (n / 16, n / 4, n, 4 * n))
+
+    def oracle_stream(self, k):
+        return self.bucket(self.next_of[k] - self.user)
+
     def write(self, k):
         while len(self.free) < self.low:
             self.gc()
+        st = self.user_stream(k)
+        if self.mode == "freq":
+            self.cnt[k] += 1
+            st = self.freq_stream(k)
+        if self.mode == "oracle":
+            self.next_of[k] = self.future[self.user]
+            st = self.oracle_stream(k)
+        if self.mode == "sepbit":
+            st = "u1" if self.loc[k] >= 0 and self.user - self.wtime[k] < self.ell else "u2"
+        self.wtime[k] = self.user
         self.moves_of[k] = 0
-        self.place(k, "user")
+        self.place(k, st)
         self.user += 1
 
 
@@ -121,11 +177,16 @@ def drawer(dist, keys, theta, rnd):
 
 def run(a, dist, mode, policy, low):
     sim = Sim(a.keys, a.bands, a.utilization, policy, mode, low, not a.unordered, a.seed)
+    sim.cold_by, sim.cold_age, sim.ell = a.cold_by, a.cold_age, a.ell * a.keys
     draw = drawer(dist, a.keys, a.theta, sim.rnd)
-    for k in range(a.keys):
+    writes = list(range(a.keys)) + [draw() for _ in range(int(a.overwrites * a.keys))]
+    if mode == "oracle":
+        sim.next_of, sim.future, seen = [0] * a.keys, [0] * len(writes), {}
+        for i in range(len(writes) - 1, -1, -1):
+            sim.future[i] = seen.get(writes[i], 1 << 62)
+            seen[writes[i]] = i
+    for k in writes:
         sim.write(k)
-    for _ in range(int(a.overwrites * a.keys)):
-        sim.write(draw())
     total = sim.user + sim.moved
     return total / sim.user, sim.forced / total
 
@@ -142,6 +203,9 @@ def main():
     p.add_argument("--overwrites", type=float, default=5.5, help="overwrites per key after the fill")
     p.add_argument("--theta", type=float, default=0.99)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--cold-by", default="moved", help="hc modes: `moved` (live copy moved by GC) or `age`")
+    p.add_argument("--cold-age", type=int, default=32, help="hc modes with --cold-by age: sealed bands")
+    p.add_argument("--ell", type=float, default=0.1, help="sepbit: lifespan threshold, in user writes per key")
     p.add_argument("--unordered", action="store_true", help="ignore the position-order rule")
     a = p.parse_args()
     for dist in a.dist.split(","):
