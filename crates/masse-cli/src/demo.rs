@@ -191,6 +191,12 @@ pub struct DemoArgs {
     #[arg(long, value_name = "BYTES", value_parser = size_arg)]
     pub writer_inflight: Option<u64>,
 
+    /// Microseconds a writer waiting for another thread's group commit spins
+    /// before it sleeps (`Options::commit_spin`; 0 = sleep at once). Default:
+    /// the engine's (50).
+    #[arg(long, value_name = "MICROS")]
+    pub commit_spin: Option<u64>,
+
     /// Share of wall time background GC works while free bands are not short; it
     /// rests between segments for the rest (`Options::gc_duty`). 1 = no rest.
     /// Default: the engine's (0.5).
@@ -922,6 +928,10 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
                 .gc_low_bands
                 .map(|n| format!("; GC below {n} free bands"))
                 .unwrap_or_default()
+            + &a
+                .commit_spin
+                .map(|n| format!("; commit spin {n} µs"))
+                .unwrap_or_default()
             + if a.gc_separate { "" } else { "; GC moves with user writes" }
             + if a.cold_user_writes || !a.gc_separate { "" } else { "; no cold user writes with GC moves" }
             + match trim {
@@ -948,6 +958,9 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
     opts.cold_user_writes = a.cold_user_writes;
     if let Some(b) = a.writer_inflight {
         opts.writer_inflight_bytes = b as usize;
+    }
+    if let Some(us) = a.commit_spin {
+        opts.commit_spin = std::time::Duration::from_micros(us);
     }
     let writer_inflight_bytes = opts.writer_inflight_bytes as u64;
     let t0 = Instant::now();

@@ -146,6 +146,7 @@ impl Engine {
         let Some(last) = reqs.last().cloned() else {
             return Ok(0);
         };
+        let _writing = self.requests.spin.writer();
         if self.requests.push(&reqs) {
             self.lead(&last);
         }
@@ -171,6 +172,7 @@ impl Engine {
 
     /// Queue a request and wait for it, leading group commits when handed the leadership.
     pub fn submit(&self, req: Arc<Req>) -> Outcome {
+        let _writing = self.requests.spin.writer();
         if self.requests.push(std::slice::from_ref(&req)) {
             self.lead(&req);
         }
@@ -178,8 +180,14 @@ impl Engine {
     }
 
     fn await_req(&self, r: &Arc<Req>, mine: &Arc<Req>) -> Outcome {
+        // Only a commit to a fast tier is short enough to spin for; without
+        // a pad the leader waits for the capacity device.
+        let spin = match self.pad {
+            Some(_) => self.opts.commit_spin,
+            None => std::time::Duration::ZERO,
+        };
         loop {
-            match r.wait() {
+            match r.wait(&self.requests.spin, spin) {
                 Wake::Done(o) => return o,
                 Wake::Lead => self.lead(mine),
             }
