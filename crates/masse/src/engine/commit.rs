@@ -280,8 +280,18 @@ impl Engine {
         }
         if class != WriteClass::Replay {
             let free = self.bands.lock().free_count();
+            let reserve = class.reserve_bands();
             let taken = c.user.bands_taken + c.gc.bands_taken;
-            if taken > free.saturating_sub(class.reserve_bands()) {
+            // Where GC moves share the user writes' open band, user writes
+            // stop once free bands are below their reserve, even those that
+            // fit the open band: that band's slots, and the band a GC pass
+            // opens, are the room the pass counted on when it began. Filling
+            // them stalled the pass for good and failed writes with
+            // `NoSpace` at 75 % live data (`gc_churn::capacity_only_90_percent`
+            // with spinning commit waits, docs/benchmarks.md). Deletes keep
+            // their way into the open band, so they can always make room.
+            let shared = class == WriteClass::User && !self.streams_on();
+            if (shared && free < reserve) || taken > free.saturating_sub(reserve) {
                 return false;
             }
         }
@@ -853,6 +863,49 @@ mod tests {
             Ok(true),
             "writes hang behind an orphaned request"
         );
+    }
+
+    /// Where GC moves share the user writes' band, a user write is refused
+    /// once free bands are below its reserve, even when it fits the open
+    /// band; a delete still goes in. Without the rule users filled the room
+    /// a GC pass counted on, the pass stalled, and writes failed with
+    /// `NoSpace` at 75 % live data.
+    #[test]
+    fn user_writes_leave_a_short_shared_band_to_gc() {
+        let dev = MemDevice::new(16 << 20);
+        let db = Db::create(&pool(&dev), opts()).expect("create");
+        db.put(b"a", b"1").expect("put");
+        let inner = &db.engine;
+        let rec = |k: &[u8], del: bool| {
+            let kind = if del {
+                RecordKind::Delete
+            } else {
+                RecordKind::Put
+            };
+            let mut p = PendingRecord::new(k, if del { b"" } else { b"v" }, del, kind);
+            p.digest = inner.digest(k);
+            vec![p]
+        };
+        let admits = |class, del| {
+            let ws = inner.write_state.lock();
+            inner.admits(&ws, class, &rec(b"b", del))
+        };
+        assert!(admits(WriteClass::User, false), "room to spare");
+        // Leave one free band: the open band still has room for the record.
+        let free = inner.bands.lock().free.len();
+        let hidden: Vec<u32> = inner.bands.lock().free.drain(..free - 1).collect();
+        assert!(
+            !admits(WriteClass::User, false),
+            "a user write took GC's room"
+        );
+        assert!(
+            admits(WriteClass::Delete, true),
+            "a delete must still go in"
+        );
+        assert!(admits(WriteClass::Gc, false));
+        inner.bands.lock().free.extend(hidden);
+        assert!(admits(WriteClass::User, false));
+        db.close().expect("close");
     }
 
     /// Space admission is only sound if `Cursor::place` predicts exactly what
