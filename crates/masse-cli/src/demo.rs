@@ -192,8 +192,9 @@ pub struct DemoArgs {
     pub writer_inflight: Option<u64>,
 
     /// Microseconds a writer waiting for another thread's group commit spins
-    /// before it sleeps (`Options::commit_spin`; 0 = sleep at once). Default:
-    /// the engine's (50).
+    /// (yielding the CPU after 2 µs) before it sleeps, on tiered pools while a
+    /// CPU is free (`Options::commit_spin`; 0 = sleep at once). Default: the
+    /// engine's (50).
     #[arg(long, value_name = "MICROS")]
     pub commit_spin: Option<u64>,
 
