@@ -288,9 +288,17 @@ impl Engine {
             // opens, are the room the pass counted on when it began. Filling
             // them stalled the pass for good and failed writes with
             // `NoSpace` at 75 % live data (`gc_churn::capacity_only_90_percent`
-            // with spinning commit waits, docs/benchmarks.md). Deletes keep
-            // their way into the open band, so they can always make room.
-            let shared = class == WriteClass::User && !self.streams_on();
+            // with spinning commit waits, docs/benchmarks.md). Deletes (reserve
+            // 1) go by the same rule only while a pass runs: once it has opened
+            // the last free band, deletes that fit would fill the band its
+            // moves need. With no pass running they may use the open band's
+            // last slots, so they can always make room.
+            let shared = !self.streams_on()
+                && match class {
+                    WriteClass::User => true,
+                    WriteClass::Delete => self.gc_active.load(SeqCst),
+                    WriteClass::Gc | WriteClass::Replay => false,
+                };
             if (shared && free < reserve) || taken > free.saturating_sub(reserve) {
                 return false;
             }
@@ -905,6 +913,34 @@ mod tests {
         assert!(admits(WriteClass::Gc, false));
         inner.bands.lock().free.extend(hidden);
         assert!(admits(WriteClass::User, false));
+        db.close().expect("close");
+    }
+
+    /// With no free band left, a delete that fits the open band goes in
+    /// unless a GC pass runs: the pass opened the last band for its moves,
+    /// and deletes filling it would stall the pass with its victim half moved.
+    #[test]
+    fn deletes_leave_the_last_band_to_a_running_gc_pass() {
+        let dev = MemDevice::new(16 << 20);
+        let db = Db::create(&pool(&dev), opts()).expect("create");
+        db.put(b"a", b"1").expect("put");
+        let inner = &db.engine;
+        let admits = |class| {
+            let mut p = PendingRecord::new(b"a", b"", true, RecordKind::Delete);
+            p.digest = inner.digest(b"a");
+            let ws = inner.write_state.lock();
+            inner.admits(&ws, class, &[p])
+        };
+        let hidden: Vec<u32> = inner.bands.lock().free.drain(..).collect();
+        assert!(admits(WriteClass::Delete), "no pass runs: a delete goes in");
+        inner.gc_active.store(true, SeqCst);
+        assert!(
+            !admits(WriteClass::Delete),
+            "a delete took the band a GC pass is moving into"
+        );
+        assert!(admits(WriteClass::Gc), "the pass's own moves go in");
+        inner.gc_active.store(false, SeqCst);
+        inner.bands.lock().free.extend(hidden);
         db.close().expect("close");
     }
 
