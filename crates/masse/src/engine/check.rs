@@ -82,7 +82,14 @@ fn check_band(
 ) -> Result<()> {
     let l = &e.layout;
     let dig = |k: &[u8]| e.digest(k);
-    let mut sc = BandScanner::new(l, &e.pool.caps, e.tag, band, first_seq, &dig);
+    let mut sc = BandScanner::new(
+        l,
+        &e.pool.caps,
+        e.tag,
+        (band, first_seq),
+        e.seq_limit(),
+        &dig,
+    );
     sc.scan(0, written, false, &mut |f| {
         let s = match f {
             Found::Segment(s) => s,
@@ -301,9 +308,9 @@ pub(crate) fn trace_key(e: &Engine, key: &[u8]) -> Result<Vec<String>> {
             if cur == Some(here.0) { "  <- index" } else { "" }
         ));
     };
-    let l = &e.layout;
+    let (l, caps, lim) = (&e.layout, &e.pool.caps, e.seq_limit());
     for (band, written, first_seq, state) in bands {
-        let mut sc = BandScanner::new(l, &e.pool.caps, e.tag, band, first_seq, &dig);
+        let mut sc = BandScanner::new(l, caps, e.tag, (band, first_seq), lim, &dig);
         sc.scan(0, written, false, &mut |f| {
             if let Found::Segment(s) = f {
                 let slot = l.first_slot(band) + s.slot;

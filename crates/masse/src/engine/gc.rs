@@ -340,8 +340,15 @@ fn relocate_band(e: &Engine, band: u32, why: Pass) -> Result<bool> {
     let mut pace = Pacer::new(e, why);
     let dig = |k: &[u8]| e.digest(k);
     // One segment per read, so user gets never queue behind a band-sized transfer.
-    let mut sc = BandScanner::new(&e.layout, &e.pool.caps, e.tag, band, first_seq, &dig)
-        .with_chunk_bytes(e.layout.seg as usize);
+    let mut sc = BandScanner::new(
+        &e.layout,
+        &e.pool.caps,
+        e.tag,
+        (band, first_seq),
+        e.seq_limit(),
+        &dig,
+    )
+    .with_chunk_bytes(e.layout.seg as usize);
     let end = sc.scan(0, written, false, &mut |f| {
         if let Found::Segment(s) = f {
             for se in &s.entries {
@@ -551,8 +558,15 @@ fn straddling_start(e: &Engine, first_seq: u64, mv: &mut Mover<'_>) -> Result<()
         return Ok(());
     };
     let dig = |k: &[u8]| e.digest(k);
-    let mut sc = BandScanner::new(&e.layout, &e.pool.caps, e.tag, band, band_first, &dig)
-        .with_chunk_bytes(e.layout.seg as usize);
+    let mut sc = BandScanner::new(
+        &e.layout,
+        &e.pool.caps,
+        e.tag,
+        (band, band_first),
+        e.seq_limit(),
+        &dig,
+    )
+    .with_chunk_bytes(e.layout.seg as usize);
     // Usually the band's last segment ends with a whole group: one segment read.
     match sc.last_segment(written)? {
         Some((seq, more)) if seq != prev_seq || !more => return Ok(()),

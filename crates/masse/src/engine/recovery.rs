@@ -281,7 +281,14 @@ impl<'a> Replay<'a> {
     fn band(&mut self, p: &BandPlan, newest: bool) -> Result<()> {
         let e = self.e;
         let dig = |k: &[u8]| e.digest(k);
-        let mut sc = BandScanner::new(&e.layout, &e.pool.caps, e.tag, p.band, p.first_seq, &dig);
+        let mut sc = BandScanner::new(
+            &e.layout,
+            &e.pool.caps,
+            e.tag,
+            (p.band, p.first_seq),
+            e.seq_limit(),
+            &dig,
+        );
         // A footerless segment is the frontier if nothing follows it; otherwise
         // its summary was lost (a torn seal, or damage) and its records were parsed.
         let mut unread_summary: Option<(u64, u64, usize)> = None;

@@ -84,6 +84,9 @@ pub(crate) struct BandScanner<'a> {
     base: u64,
     tag: u64,
     first_seq: u64,
+    /// Above every segment sequence number on the pool (the next one the
+    /// engine will give out): bounds the repair of a band's last segment.
+    seq_limit: u64,
     digest: &'a dyn Fn(&[u8]) -> Digest,
     chunk: AlignedBuf,
     /// Bytes read at once (rounded down to whole segments, at least one).
@@ -98,15 +101,17 @@ pub(crate) struct BandScanner<'a> {
 const CHUNK_BYTES: usize = 4 << 20;
 
 impl<'a> BandScanner<'a> {
-    /// A scanner of `band`, whose incarnation starts at segment `first_seq`.
+    /// A scanner of `band`, whose incarnation starts at segment `first_seq`,
+    /// on a pool whose segment sequence numbers are all below `seq_limit`.
     pub fn new(
         l: &'a Layout,
         caps: &'a [Arc<dyn Device>],
         tag: u64,
-        band: u32,
-        first_seq: u64,
+        band: (u32, u64),
+        seq_limit: u64,
         digest: &'a dyn Fn(&[u8]) -> Digest,
     ) -> BandScanner<'a> {
+        let (band, first_seq) = band;
         let (dev, off) = l.band_addr(band);
         BandScanner {
             l,
@@ -114,6 +119,7 @@ impl<'a> BandScanner<'a> {
             base: off + l.geo.band_header_size as u64,
             tag,
             first_seq,
+            seq_limit,
             digest,
             chunk: AlignedBuf::new(0),
             chunk_bytes: CHUNK_BYTES,
@@ -156,7 +162,7 @@ impl<'a> BandScanner<'a> {
                 continue;
             }
             let next = self.next_valid(i + 1, until, last_seq)?;
-            if let Some(seg) = self.damaged_header(i, last_seq, next, until)? {
+            if let Some(seg) = self.damaged_header(i, last_seq, next)? {
                 last_seq = seg.seq;
                 i += seg.nslots;
                 f(Found::Segment(seg))?;
@@ -258,36 +264,34 @@ impl<'a> BandScanner<'a> {
 
     /// A slot whose header does not decode but whose records carry the tag of a
     /// sequence number it may hold: after `last_seq` (and not before the band's
-    /// first), before the next valid segment's (`next`).
+    /// first), before the next valid segment's (`next`) or, for the band's last
+    /// segment, before `seq_limit`.
     fn damaged_header(
         &mut self,
         i: u64,
         last_seq: u64,
         next: Option<(u64, u64)>,
-        until: u64,
     ) -> Result<Option<Segment<'_>>> {
         let codec = self.l.codec;
         let Some((tag, lens)) = first_record(codec, self.slots(i, 1)?) else {
             return Ok(None);
         };
         let lo = self.first_seq.max(last_seq + 1);
-        let hi = match next {
-            Some((_, seq)) => seq,
-            None => lo.saturating_add(until - i),
-        };
-        let Some(seq) = (lo..hi).find(|&c| seg_tag(c) == tag) else {
-            return Ok(None);
-        };
+        let hi = next.map_or(self.seq_limit, |(_, seq)| seq);
         // Version 3 knows the first record's length only up to its trailer:
         // try each segment size it allows; the one whose record parses and
         // gives that size is the writer's.
         let l = self.l;
-        let digest = self.digest;
         let mut ks: Vec<u64> = lens.map(|n| l.own_slots(n).unwrap_or(1)).to_vec();
         ks.dedup();
         let fits = |k: u64| i + k <= l.slots_per_band && !next.is_some_and(|(j, _)| i + k > j);
+        ks.retain(|&k| fits(k));
+        let Some(seq) = self.seq_of_damaged(i, &ks, tag, lo, hi)? else {
+            return Ok(None);
+        };
+        let digest = self.digest;
         let mut found = None;
-        for k in ks.into_iter().filter(|&k| fits(k)) {
+        for k in ks {
             let (entries, used) = parse_segment(codec, self.slots(i, k)?, seq, digest);
             let first_k = entries
                 .first()
@@ -310,6 +314,34 @@ impl<'a> BandScanner<'a> {
             prev_end: 0,
             data: self.slots(i, k)?,
         }))
+    }
+
+    /// The sequence number of the segment at slot `i` (`ks`: the sizes it
+    /// may have) whose header is damaged and whose first record carries
+    /// `tag`, within `lo..hi`. A sealed segment's footer names it outright.
+    /// Otherwise it is searched for by its tag, likeliest numbers first
+    /// ([`seq_candidates`]): before footers were read, the search ran over
+    /// the whole range, which for a segment after a reopen (a run's numbers
+    /// start at `epoch << 40`) meant seconds of hashing and a wrong number.
+    fn seq_of_damaged(
+        &mut self,
+        i: u64,
+        ks: &[u64],
+        tag: u32,
+        lo: u64,
+        hi: u64,
+    ) -> Result<Option<u64>> {
+        let (codec, pool_tag) = (self.l.codec, self.tag);
+        for &k in ks {
+            let named = codec.tail_names(self.slots(i, k)?);
+            if let Some((seq, t, n)) = named {
+                if t == pool_tag && n as u64 == k && (lo..hi).contains(&seq) && seg_tag(seq) == tag
+                {
+                    return Ok(Some(seq));
+                }
+            }
+        }
+        Ok(seq_candidates(lo, hi).find(|&c| seg_tag(c) == tag))
     }
 
     /// Whether slot `i`'s header area is zeros or a stale header (never written
@@ -367,6 +399,26 @@ impl<'a> BandScanner<'a> {
 /// The segment tag the first record of a slot carries (version 3: its mark)
 /// and the least and most its length (as the segment's first record) may
 /// be, from a header nobody has checksummed yet.
+/// Numbers searched after `lo` before the search moves on to a later run.
+const SEQ_SPAN: u64 = 1 << 20;
+/// Numbers searched in all for one damaged header: a 32-bit tag then matches
+/// a wrong number with a chance of at most 1 in 1,024, and the search takes
+/// milliseconds, not the seconds per 2^32 of a search over whole runs.
+const SEQ_SEARCH_CAP: usize = 1 << 22;
+
+/// Segment sequence numbers in `lo..hi` a segment may carry, likeliest first:
+/// those right after `lo` (the same run as the segment before it), then the
+/// first ones of each later run, newest first (a run's numbers start at
+/// `epoch << 40`: a band resumed after a reopen, or one the other write
+/// stream interleaved with, jumps there).
+fn seq_candidates(lo: u64, hi: u64) -> impl Iterator<Item = u64> {
+    let first = lo..hi.min(lo.saturating_add(SEQ_SPAN));
+    let runs = ((lo >> 40) + 1..=(hi.saturating_sub(1) >> 40))
+        .rev()
+        .flat_map(move |k| (k << 40).max(lo)..hi.min((k << 40) + SEQ_SPAN));
+    first.chain(runs).take(SEQ_SEARCH_CAP)
+}
+
 fn first_record(codec: Codec, slot: &[u8]) -> Option<(u32, [usize; 2])> {
     match codec {
         Codec::V2 => {
@@ -448,4 +500,25 @@ pub(crate) fn parse_records(
         off = end;
     }
     (out, end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates_come_after_the_last_segment_then_at_each_later_run() {
+        let lo = (1 << 40) + 10;
+        let hi = (3 << 40) + 5;
+        let c: Vec<u64> = seq_candidates(lo, hi).collect();
+        assert_eq!(c[0], lo, "the number right after the last segment first");
+        let runs = &c[SEQ_SPAN as usize..];
+        assert_eq!(runs[0], 3 << 40, "then the newest run's first numbers");
+        assert_eq!(runs[5], 2 << 40, "the newest run stops at `hi`");
+        assert_eq!(c.len(), 2 * SEQ_SPAN as usize + 5);
+        assert!(c.iter().all(|s| (lo..hi).contains(s)));
+        // Many runs in between: the search is capped.
+        assert_eq!(seq_candidates(1 << 40, 100 << 40).count(), SEQ_SEARCH_CAP);
+        assert_eq!(seq_candidates(7, 7).count(), 0);
+    }
 }

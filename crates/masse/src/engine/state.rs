@@ -159,6 +159,13 @@ impl Engine {
         }
     }
 
+    /// Above every segment sequence number on the pool: the next one this
+    /// run gives out (during recovery, the first of this run, `epoch << 40`,
+    /// above every earlier run's).
+    pub fn seq_limit(&self) -> u64 {
+        self.next_seg_hint.load(SeqCst)
+    }
+
     /// The digest of `key` in this pool (format v2: keyed with the pool's secret).
     #[inline]
     pub fn digest(&self, key: &[u8]) -> Digest {

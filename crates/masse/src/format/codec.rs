@@ -154,6 +154,19 @@ impl Codec {
 }
 
 impl Codec {
+    /// The segment sequence number, pool tag and slot count that the footer
+    /// of the sealed segment `data` names, if its summary and footer decode:
+    /// a segment whose header is damaged is still identified by them.
+    pub fn tail_names(self, data: &[u8]) -> Option<(u64, u64, u32)> {
+        let (seq, tag, nslots) = match self {
+            Codec::V2 => decode_footer(data).map(|f| (f.segment_seq, f.pool_tag, f.nslots))?,
+            Codec::V3 => decode_v3_tail(data)
+                .ok()
+                .map(|(f, _)| (f.segment_seq, f.pool_tag, f.nslots))?,
+        };
+        self.decode_tail(data, seq, tag).map(|_| (seq, tag, nslots))
+    }
+
     /// The entries and the end of the record area of the sealed segment
     /// `data` (segment `seq` of the pool tagged `pool_tag`), if its summary
     /// and footer are valid and name it.
