@@ -107,7 +107,7 @@ fn capacity_only_delete_bursts() {
     let payload = st.bands_total as u64 * st.band_size;
     let value_len = 200;
     let rec = masse::format::record_footprint(key(0).len(), value_len);
-    let n = ((payload as f64 * 0.85) / rec as f64) as u64 / 2 * 2;
+    let n = ((payload as f64 * 0.75) / rec as f64) as u64 / 2 * 2;
     for i in 0..n {
         db.put(&key(i), &value(i, 0, value_len)).expect("fill");
     }

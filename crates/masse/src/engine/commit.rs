@@ -9,6 +9,7 @@
 //! Capacity-only and scm-only skip the pad: the writer flushes the dirty tail
 //! of the open segment and syncs before the group is acknowledged.
 
+use super::band::BandState;
 use super::pad::{PadRing, Reserved};
 use super::request::{Next, Outcome, PendingRecord, RecordKind, Req, Wake, WriteClass};
 use super::segment::{OpenSegment, SegmentBuf, Stream, WriteState};
@@ -279,7 +280,13 @@ impl Engine {
             }
         }
         if class != WriteClass::Replay {
-            let free = self.bands.lock().free_count();
+            let (free, victim) = {
+                let bt = self.bands.lock();
+                let victim = || bt.bands.iter().any(|b| b.state == BandState::Victim);
+                // Only deletes below their reserve ask (rare): the scan is O(bands).
+                let ask = class == WriteClass::Delete && bt.free_count() < class.reserve_bands();
+                (bt.free_count(), ask && victim())
+            };
             let reserve = class.reserve_bands();
             let taken = c.user.bands_taken + c.gc.bands_taken;
             // Where GC moves share the user writes' open band, user writes
@@ -289,14 +296,17 @@ impl Engine {
             // them stalled the pass for good and failed writes with
             // `NoSpace` at 75 % live data (`gc_churn::capacity_only_90_percent`
             // with spinning commit waits, docs/benchmarks.md). Deletes (reserve
-            // 1) go by the same rule only while a pass runs: once it has opened
-            // the last free band, deletes that fit would fill the band its
-            // moves need. With no pass running they may use the open band's
-            // last slots, so they can always make room.
+            // 1) go by the same rule only while a pass has a victim: once it
+            // has opened the last free band, deletes that fit would fill the
+            // band its moves need. With no victim they may use the open
+            // band's last slots, so they can always make room. (`gc_active`
+            // would not do: a pass sets it before it looks for a victim, and
+            // passes that find none ran every 20 ms on a full pool, failing
+            // deletes there with `NoSpace`.)
             let shared = !self.streams_on()
                 && match class {
                     WriteClass::User => true,
-                    WriteClass::Delete => self.gc_active.load(SeqCst),
+                    WriteClass::Delete => victim,
                     WriteClass::Gc | WriteClass::Replay => false,
                 };
             if (shared && free < reserve) || taken > free.saturating_sub(reserve) {
@@ -932,14 +942,21 @@ mod tests {
             inner.admits(&ws, class, &[p])
         };
         let hidden: Vec<u32> = inner.bands.lock().free.drain(..).collect();
-        assert!(admits(WriteClass::Delete), "no pass runs: a delete goes in");
         inner.gc_active.store(true, SeqCst);
+        assert!(
+            admits(WriteClass::Delete),
+            "a pass that has no victim yet (it may find none) holds no room"
+        );
+        let set = |s| std::mem::replace(&mut inner.bands.lock().bands[0].state, s);
+        let was = set(BandState::Victim);
         assert!(
             !admits(WriteClass::Delete),
             "a delete took the band a GC pass is moving into"
         );
         assert!(admits(WriteClass::Gc), "the pass's own moves go in");
+        set(was);
         inner.gc_active.store(false, SeqCst);
+        assert!(admits(WriteClass::Delete), "no pass runs: a delete goes in");
         inner.bands.lock().free.extend(hidden);
         db.close().expect("close");
     }

@@ -273,11 +273,17 @@ impl<'a> BandScanner<'a> {
         next: Option<(u64, u64)>,
     ) -> Result<Option<Segment<'_>>> {
         let codec = self.l.codec;
+        // A header that decodes is not damaged: `valid_header` refused it as
+        // an earlier incarnation's, another pool's or out of range. Such a
+        // slot (a reused band's unwritten tail, untrimmed) holds stale
+        // records that must never be taken for this incarnation's.
+        if SegmentHeader::decode(&self.slots(i, 1)?[..SEG_HEADER]).is_some() {
+            return Ok(None);
+        }
         let Some((tag, lens)) = first_record(codec, self.slots(i, 1)?) else {
             return Ok(None);
         };
         let lo = self.first_seq.max(last_seq + 1);
-        let hi = next.map_or(self.seq_limit, |(_, seq)| seq);
         // Version 3 knows the first record's length only up to its trailer:
         // try each segment size it allows; the one whose record parses and
         // gives that size is the writer's.
@@ -286,7 +292,7 @@ impl<'a> BandScanner<'a> {
         ks.dedup();
         let fits = |k: u64| i + k <= l.slots_per_band && !next.is_some_and(|(j, _)| i + k > j);
         ks.retain(|&k| fits(k));
-        let Some(seq) = self.seq_of_damaged(i, &ks, tag, lo, hi)? else {
+        let Some(seq) = self.seq_of_damaged(i, &ks, tag, lo, next.map(|(_, seq)| seq))? else {
             return Ok(None);
         };
         let digest = self.digest;
@@ -318,30 +324,39 @@ impl<'a> BandScanner<'a> {
 
     /// The sequence number of the segment at slot `i` (`ks`: the sizes it
     /// may have) whose header is damaged and whose first record carries
-    /// `tag`, within `lo..hi`. A sealed segment's footer names it outright.
-    /// Otherwise it is searched for by its tag, likeliest numbers first
-    /// ([`seq_candidates`]): before footers were read, the search ran over
-    /// the whole range, which for a segment after a reopen (a run's numbers
-    /// start at `epoch << 40`) meant seconds of hashing and a wrong number.
+    /// `tag`: at least `lo`, below the next valid segment's (`next`) or, for
+    /// a band's last segment, below the pool's `seq_limit`. A sealed
+    /// segment's footer names it outright. Otherwise it is searched for by
+    /// its tag, likeliest numbers first ([`seq_candidates`]); for a band's
+    /// last segment only a band's worth of numbers after `lo` and at the
+    /// start of each later run, so that a wrong number sharing the 32-bit
+    /// tag stays as unlikely as before. (The search once ran over the whole
+    /// range: across a reopen, whose run starts its numbers at `epoch << 40`,
+    /// that was seconds of hashing ending at a wrong number, and the last
+    /// segment's range was too short to hold the right one.)
     fn seq_of_damaged(
         &mut self,
         i: u64,
         ks: &[u64],
         tag: u32,
         lo: u64,
-        hi: u64,
+        next: Option<u64>,
     ) -> Result<Option<u64>> {
         let (codec, pool_tag) = (self.l.codec, self.tag);
+        let hi = next.unwrap_or(self.seq_limit);
         for &k in ks {
-            let named = codec.tail_names(self.slots(i, k)?);
-            if let Some((seq, t, n)) = named {
-                if t == pool_tag && n as u64 == k && (lo..hi).contains(&seq) && seg_tag(seq) == tag
-                {
+            if let Some((seq, t, n)) = codec.tail_names(self.slots(i, k)?) {
+                let named = t == pool_tag && n as u64 == k && (lo..hi).contains(&seq);
+                if named && seg_tag(seq) == tag {
                     return Ok(Some(seq));
                 }
             }
         }
-        Ok(seq_candidates(lo, hi).find(|&c| seg_tag(c) == tag))
+        let (span, cap) = match next {
+            Some(_) => (SEQ_SPAN, SEQ_SEARCH_CAP),
+            None => (self.l.slots_per_band, LAST_SEARCH_CAP),
+        };
+        Ok(seq_candidates(lo, hi, span, cap).find(|&c| seg_tag(c) == tag))
     }
 
     /// Whether slot `i`'s header area is zeros or a stale header (never written
@@ -396,29 +411,33 @@ impl<'a> BandScanner<'a> {
     }
 }
 
+/// Between two valid segments: numbers searched after `lo` (and after each
+/// later run's start) before the search moves on.
+const SEQ_SPAN: u64 = 1 << 20;
+/// Between two valid segments: numbers searched in all. The slot lies inside
+/// what this incarnation wrote, a 32-bit tag matches a wrong number with a
+/// chance below 1 in 1,024, and the search takes milliseconds.
+const SEQ_SEARCH_CAP: usize = 1 << 22;
+/// A band's last segment, or what may be a reused band's stale tail: numbers
+/// searched in all (a band's worth after `lo` and at each later run's start).
+const LAST_SEARCH_CAP: usize = 1 << 12;
+
+/// Segment sequence numbers in `lo..hi` a segment may carry, likeliest first:
+/// `span` right after `lo` (the same run as the segment before it), then
+/// `span` at the start of each later run, newest first (a run's numbers
+/// start at `epoch << 40`: a band resumed after a reopen, or one the other
+/// write stream interleaved with, jumps there); `cap` in all.
+fn seq_candidates(lo: u64, hi: u64, span: u64, cap: usize) -> impl Iterator<Item = u64> {
+    let first = lo..hi.min(lo.saturating_add(span));
+    let runs = ((lo >> 40) + 1..=(hi.saturating_sub(1) >> 40))
+        .rev()
+        .flat_map(move |k| (k << 40).max(lo)..hi.min((k << 40) + span));
+    first.chain(runs).take(cap)
+}
+
 /// The segment tag the first record of a slot carries (version 3: its mark)
 /// and the least and most its length (as the segment's first record) may
 /// be, from a header nobody has checksummed yet.
-/// Numbers searched after `lo` before the search moves on to a later run.
-const SEQ_SPAN: u64 = 1 << 20;
-/// Numbers searched in all for one damaged header: a 32-bit tag then matches
-/// a wrong number with a chance of at most 1 in 1,024, and the search takes
-/// milliseconds, not the seconds per 2^32 of a search over whole runs.
-const SEQ_SEARCH_CAP: usize = 1 << 22;
-
-/// Segment sequence numbers in `lo..hi` a segment may carry, likeliest first:
-/// those right after `lo` (the same run as the segment before it), then the
-/// first ones of each later run, newest first (a run's numbers start at
-/// `epoch << 40`: a band resumed after a reopen, or one the other write
-/// stream interleaved with, jumps there).
-fn seq_candidates(lo: u64, hi: u64) -> impl Iterator<Item = u64> {
-    let first = lo..hi.min(lo.saturating_add(SEQ_SPAN));
-    let runs = ((lo >> 40) + 1..=(hi.saturating_sub(1) >> 40))
-        .rev()
-        .flat_map(move |k| (k << 40).max(lo)..hi.min((k << 40) + SEQ_SPAN));
-    first.chain(runs).take(SEQ_SEARCH_CAP)
-}
-
 fn first_record(codec: Codec, slot: &[u8]) -> Option<(u32, [usize; 2])> {
     match codec {
         Codec::V2 => {
@@ -510,15 +529,15 @@ mod tests {
     fn candidates_come_after_the_last_segment_then_at_each_later_run() {
         let lo = (1 << 40) + 10;
         let hi = (3 << 40) + 5;
-        let c: Vec<u64> = seq_candidates(lo, hi).collect();
+        let c: Vec<u64> = seq_candidates(lo, hi, 100, 1000).collect();
         assert_eq!(c[0], lo, "the number right after the last segment first");
-        let runs = &c[SEQ_SPAN as usize..];
-        assert_eq!(runs[0], 3 << 40, "then the newest run's first numbers");
-        assert_eq!(runs[5], 2 << 40, "the newest run stops at `hi`");
-        assert_eq!(c.len(), 2 * SEQ_SPAN as usize + 5);
+        assert_eq!(c[100], 3 << 40, "then the newest run's first numbers");
+        assert_eq!(c[105], 2 << 40, "the newest run stops at `hi`");
+        assert_eq!(c[204], (2 << 40) + 99);
+        assert_eq!(c.len(), 205);
         assert!(c.iter().all(|s| (lo..hi).contains(s)));
         // Many runs in between: the search is capped.
-        assert_eq!(seq_candidates(1 << 40, 100 << 40).count(), SEQ_SEARCH_CAP);
-        assert_eq!(seq_candidates(7, 7).count(), 0);
+        assert_eq!(seq_candidates(1 << 40, 100 << 40, 100, 1000).count(), 1000);
+        assert_eq!(seq_candidates(7, 7, 100, 1000).count(), 0);
     }
 }
