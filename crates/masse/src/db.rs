@@ -391,9 +391,13 @@ impl Db {
         // A database that failed says so at close, with the cause.
         let mut res = if clean { e.check_failed() } else { Ok(()) };
         if clean && res.is_ok() {
-            // The GC stream's open segment holds the pad from its first batch
-            // on: sealed here, the next open replays only the user stream's.
-            res = e.seal_gc_stream().and_then(|_| e.writer_barrier());
+            // Every open segment holds the pad from its first batch on; sealed
+            // and written here, the next open has nothing to replay. Sealing
+            // only the GC stream's left the user stream's, and a user segment
+            // idle while GC ran held every GC batch since: the next open
+            // placed those records again, a second copy of each, and a pool
+            // near full failed to open ("no free band", design.md §9.5).
+            res = e.seal_open().and_then(|_| e.writer_barrier());
             if res.is_ok() && e.opts.checkpoint_on_close {
                 res = checkpoint::checkpoint(e).map(|_| ());
             }
