@@ -9,7 +9,6 @@
 //! Capacity-only and scm-only skip the pad: the writer flushes the dirty tail
 //! of the open segment and syncs before the group is acknowledged.
 
-use super::band::BandState;
 use super::pad::{PadRing, Reserved};
 use super::request::{Next, Outcome, PendingRecord, RecordKind, Req, Wake, WriteClass};
 use super::segment::{OpenSegment, SegmentBuf, Stream, WriteState};
@@ -280,14 +279,9 @@ impl Engine {
             }
         }
         if class != WriteClass::Replay {
-            let (free, victim) = {
-                let bt = self.bands.lock();
-                let victim = || bt.bands.iter().any(|b| b.state == BandState::Victim);
-                // Only deletes below their reserve ask (rare): the scan is O(bands).
-                let ask = class == WriteClass::Delete && bt.free_count() < class.reserve_bands();
-                (bt.free_count(), ask && victim())
-            };
             let reserve = class.reserve_bands();
+            let bt = self.bands.lock();
+            let free = bt.free_count();
             let taken = c.user.bands_taken + c.gc.bands_taken;
             // Where GC moves share the user writes' open band, user writes
             // stop once free bands are below their reserve, even those that
@@ -303,13 +297,16 @@ impl Engine {
             // would not do: a pass sets it before it looks for a victim, and
             // passes that find none ran every 20 ms on a full pool, failing
             // deletes there with `NoSpace`.)
-            let shared = !self.streams_on()
+            // (`victims` scans the band table: asked only below the reserve.)
+            let held_for_gc = free < reserve
+                && !self.streams_on()
                 && match class {
                     WriteClass::User => true,
-                    WriteClass::Delete => victim,
+                    WriteClass::Delete => bt.victims() > 0,
                     WriteClass::Gc | WriteClass::Replay => false,
                 };
-            if (shared && free < reserve) || taken > free.saturating_sub(reserve) {
+            drop(bt);
+            if held_for_gc || taken > free.saturating_sub(reserve) {
                 return false;
             }
         }
@@ -738,6 +735,7 @@ fn segment_of<'w>(ws: &'w mut WriteState, buf: &Arc<SegmentBuf>) -> Result<&'w m
 
 #[cfg(test)]
 mod tests {
+    use super::super::band::BandState;
     use super::*;
     use crate::device::{Device, MemDevice};
     use crate::{Db, DeviceSpec, Options, PoolConfig};
