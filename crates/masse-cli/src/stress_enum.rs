@@ -160,9 +160,9 @@ pub fn run_damage(a: &StressArgs, seed: u64) -> CliResult<i32> {
     for s in &rep.scenarios {
         let f = &s.figures;
         println!(
-            "{:16} {:13} {} images, {:4} blocks damaged, {} fatal as defined, {} keys lost (reported), {} silent losses, {} losses beyond the unit, {} times down; {} failing blocks; {:.1} s",
+            "{:16} {:13} {} images, {:4} blocks damaged, {} fatal as defined, {} keys lost (reported), {} silent losses, {} lost at the log's end as defined, {} losses beyond the unit, {} times down; {} failing blocks; {:.1} s",
             s.scenario, s.mode, f.images, f.blocks_damaged, f.fatal_as_defined, f.keys_lost_reported,
-            f.silent_losses, f.losses_beyond_unit, f.database_down, f.failures, s.seconds
+            f.silent_losses, f.frontier_losses, f.losses_beyond_unit, f.database_down, f.failures, s.seconds
         );
         for (kind, n) in &s.failures_by_kind {
             println!("    {n:5} × {kind}");
@@ -170,8 +170,8 @@ pub fn run_damage(a: &StressArgs, seed: u64) -> CliResult<i32> {
     }
     let t = &rep.total;
     println!(
-        "total: {} blocks damaged in {} images ({:?}); {} silent losses, {} losses beyond the damaged unit, {} times the database went down, {} failing blocks; {:.1} s",
-        t.blocks_damaged, t.images, t.by_kind, t.silent_losses, t.losses_beyond_unit, t.database_down, t.failures, rep.seconds
+        "total: {} blocks damaged in {} images ({:?}); {} silent losses, {} keys lost at the pad log's end as defined, {} losses beyond the damaged unit, {} times the database went down, {} failing blocks; {:.1} s",
+        t.blocks_damaged, t.images, t.by_kind, t.silent_losses, t.frontier_losses, t.losses_beyond_unit, t.database_down, t.failures, rep.seconds
     );
     let failures: Vec<&damage::DamageFailure> =
         rep.scenarios.iter().flat_map(|s| &s.failures).collect();

@@ -66,6 +66,13 @@ pub struct Target {
     /// Keys whose records the block describes: the only keys allowed to lose
     /// their value (and only if the loss is reported).
     pub unit: BTreeSet<u32>,
+    /// The block belongs to the newest batch of the pad log. Recovery cannot
+    /// tell its damage from a write torn by the crash (nothing follows it to
+    /// prove it was complete), so the format defines it as the log's end
+    /// (format.md §13): its unit may be lost unreported. Such losses are
+    /// counted apart ([`DamageFigures::frontier_losses`]), never hidden.
+    #[serde(default)]
+    pub frontier: bool,
 }
 
 /// How much to damage.
@@ -107,6 +114,9 @@ pub struct DamageFigures {
     pub keys_lost_reported: u64,
     /// Keys that lost their value with nothing reported.
     pub silent_losses: u64,
+    /// Keys of the pad log's newest batch lost unreported: the format cannot
+    /// tell that damage from a torn write ([`Target::frontier`]).
+    pub frontier_losses: u64,
     /// Keys that lost their value outside the damaged unit.
     pub losses_beyond_unit: u64,
     /// Damage after which the database did not open or stopped working.
@@ -213,6 +223,7 @@ impl Ctx<'_> {
             what,
             flips,
             unit,
+            frontier: false,
         });
     }
 
@@ -314,6 +325,9 @@ fn pad_batches(c: &mut Ctx) {
     let Some(h) = hdr else { return };
     let (base, size) = (c.geo.pad_offset, c.geo.pad_size);
     let (mut v, mut expect, mut n) = (h.tail, h.tail_batch_seq, 0);
+    // Targets of the newest data batch start here (none if the log ends in a
+    // wrap marker: that is a later batch, so damage before it is provable).
+    let mut newest = None;
     while n < size / BLOCK {
         n += 1;
         let phys = base + v % size;
@@ -333,7 +347,9 @@ fn pad_batches(c: &mut Ctx) {
         }
         if bh.flags & BATCH_WRAP != 0 {
             v = (v / size + 1) * size;
+            newest = None;
         } else {
+            newest = Some(c.out.len());
             let unit = batch_keys(
                 c.codec,
                 &whole[BATCH_HEADER..BATCH_HEADER + bh.payload_len as usize],
@@ -355,6 +371,9 @@ fn pad_batches(c: &mut Ctx) {
             v += total as u64;
         }
         expect += 1;
+    }
+    if let Some(i) = newest {
+        c.out[i..].iter_mut().for_each(|t| t.frontier = true);
     }
 }
 
@@ -474,6 +493,9 @@ pub struct Verdict {
     pub lost_reported: u64,
     /// Keys that lost their value silently.
     pub silent: u64,
+    /// Keys of the pad log's newest batch lost unreported, as the format
+    /// defines ([`Target::frontier`]).
+    pub frontier: u64,
     /// Keys that lost their value outside the unit.
     pub beyond: u64,
     /// The database did not open or stopped working.
@@ -546,7 +568,9 @@ pub fn check_target(setup: &Setup, img: &Image, exp: &Expected, t: &Target) -> V
         .filter(|k| t.unit.contains(k))
         .copied()
         .collect();
-    if !inside.is_empty() && !reported {
+    if !inside.is_empty() && !reported && t.frontier {
+        v.frontier = inside.len() as u64;
+    } else if !inside.is_empty() && !reported {
         v.silent = inside.len() as u64;
         v.symptom.push(format!(
             "silent loss (no recovery warning, no corruption counted, check clean): keys {}",
@@ -781,6 +805,7 @@ pub fn damage_run(
             fig.fatal_as_defined += u64::from(v.fatal_as_defined);
             fig.keys_lost_reported += v.lost_reported;
             fig.silent_losses += v.silent;
+            fig.frontier_losses += v.frontier;
             fig.losses_beyond_unit += v.beyond;
             fig.database_down += u64::from(v.down);
             if !v.symptom.is_empty() {
@@ -935,6 +960,7 @@ impl DamageFigures {
         self.fatal_as_defined += o.fatal_as_defined;
         self.keys_lost_reported += o.keys_lost_reported;
         self.silent_losses += o.silent_losses;
+        self.frontier_losses += o.frontier_losses;
         self.losses_beyond_unit += o.losses_beyond_unit;
         self.database_down += o.database_down;
         self.failures += o.failures;
@@ -984,6 +1010,7 @@ pub fn run_all(
                         what: "nothing".into(),
                         flips: Vec::new(),
                         unit: BTreeSet::new(),
+                        frontier: false,
                     };
                     r.failures.push(DamageFailure {
                         scenario: r.scenario.clone(),

@@ -25,12 +25,14 @@ fn damage(mode: &str) {
     let (fig, fails) = damage_run(&rec, &cfg, |_, _| {});
     eprintln!(
         "checkpoint-gc {mode}: {} images, {} blocks damaged, {} fatal as defined, {} keys lost \
-         (reported), {} silent losses, {} losses beyond the unit, {} times down; {:.1} s",
+         (reported), {} silent losses, {} lost at the pad log's end as defined, {} losses beyond the \
+         unit, {} times down; {:.1} s",
         fig.images,
         fig.blocks_damaged,
         fig.fatal_as_defined,
         fig.keys_lost_reported,
         fig.silent_losses,
+        fig.frontier_losses,
         fig.losses_beyond_unit,
         fig.database_down,
         t0.elapsed().as_secs_f64()

@@ -73,3 +73,43 @@ fn check_verifies_the_pad() {
     );
     drop(db);
 }
+
+/// Damage to the newest batch cannot be told from a write torn at a crash:
+/// nothing after it proves it was complete, so it ends the log (format.md
+/// §13). It costs only that batch, the batches before it come back, and
+/// recovery says, as a note (a torn write is what an ordinary crash leaves),
+/// that the newest batch failed its checks.
+#[test]
+fn a_damaged_newest_batch_ends_the_log_and_is_noted() {
+    let p = MemPool::tiered(64 << 20, 16 << 20);
+    let db = Db::create(&p.config(), opts()).expect("create");
+    for i in 0..6 {
+        db.put(&key(i), format!("pad-only value {i}").as_bytes())
+            .expect("put");
+    }
+    drop(db); // crash
+    flip_in(p.fast.as_ref().expect("fast"), b"pad-only value 5");
+    let db = Db::open(&p.config(), opts()).expect("recover");
+    for i in 0..5 {
+        assert_eq!(
+            db.get(&key(i)).expect("get").as_deref(),
+            Some(format!("pad-only value {i}").as_bytes()),
+            "key {i}: an intact batch before the damaged newest one was lost"
+        );
+    }
+    assert_eq!(db.get(&key(5)).expect("get"), None);
+    let st = db.stats();
+    assert!(
+        st.recovery_notes
+            .iter()
+            .any(|n| n.contains("newest batch") && n.contains("fails its checks")),
+        "the unfinished newest batch was not noted: {:?}",
+        st.recovery_notes
+    );
+    assert!(
+        st.recovery_warnings.is_empty(),
+        "{:?}",
+        st.recovery_warnings
+    );
+    db.close().expect("close");
+}

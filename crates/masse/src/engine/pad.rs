@@ -382,6 +382,16 @@ impl<'a> PadReader<'a> {
         }))
     }
 
+    /// Whether the block at `v` starts the header of batch `seq` of this pool
+    /// (whatever its checksum says): at the end of the log, a batch whose
+    /// write began but which fails its checks.
+    pub fn begun_at(&self, v: u64, seq: u64) -> Result<bool> {
+        let p = self.p;
+        let first = crate::pool::read_block(&p.dev, p.base + v % p.size, 4096, "reading the pad")?;
+        Ok(peek_batch(&first)
+            .is_some_and(|h| h.pool_tag == self.tag && h.virt == v && h.batch_seq == seq))
+    }
+
     /// Longest a batch can be: a group is at most a quarter of the ring.
     fn max_batch(&self) -> u64 {
         round_up64(BATCH_HEADER as u64 + self.p.size / 4, 4096)

@@ -688,7 +688,10 @@ fn read_pad(e: &Engine) -> Result<Vec<Vec<PendingRecord>>> {
                     ));
                     b
                 }
-                None => break,
+                None => {
+                    note_unfinished(e, &r, v, expect)?;
+                    break;
+                }
             },
         };
         batches.push_back((b.virt, b.header.batch_seq));
@@ -701,6 +704,21 @@ fn read_pad(e: &Engine) -> Result<Vec<Vec<PendingRecord>>> {
     }
     p.resume(tail, v, expect, hdr_seq, batches);
     Ok(groups)
+}
+
+/// The log ends at `v`. If a header of batch `seq` starts there, its write
+/// began but the batch fails its checks: a write torn at a crash (never
+/// acknowledged), or damage to the newest batch, which nothing after it can
+/// prove was complete (format.md §13). Either way it ends the log; say so.
+fn note_unfinished(e: &Engine, r: &PadReader<'_>, v: u64, seq: u64) -> Result<()> {
+    if r.begun_at(v, seq)? {
+        e.note(format!(
+            "write pad: the newest batch (number {seq}, at offset {v}) fails its checks and \
+             ends the log: a write torn at a crash, never acknowledged; or, if it had been \
+             acknowledged, damage that cost its writes"
+        ));
+    }
+    Ok(())
 }
 
 /// The records of one pad batch, as one atomic group to re-apply.
