@@ -46,7 +46,6 @@ struct BandHeaders {
 /// Rebuild the index, band table and write state. Returns the pad groups to re-apply.
 pub(crate) fn recover(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>> {
     let t0 = Instant::now();
-    let l = &e.layout;
     // 1. Band headers say which bands are in use and which incarnation they hold.
     let hdrs = read_band_headers(e)?;
     // 2. Newest valid checkpoint, if any.
@@ -65,9 +64,7 @@ pub(crate) fn recover(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>
         (cb.in_use && Some(cb.first_seq) == hdrs.first[b]).then_some(*cb)
     };
     if ck.is_some() {
-        // Entries into bands freed or reused since the snapshot are stale; replay re-adds what moved.
-        e.index
-            .retain(|loc| matches(l.band_of_slot(Loc(loc).slot()) as usize).is_some());
+        keep_checkpointed(e, &matches);
     }
     // 3. Plan: which slots of which bands to replay, in write order.
     let mut rp = Replay::new(e, &hdrs, ck_next_seq);
@@ -103,7 +100,7 @@ pub(crate) fn recover(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>
     rp.finish();
     // 5. The pad: everything from its durable tail is re-applied below, in order.
     let groups = match &e.pad {
-        Some(_) => read_pad(e)?,
+        Some(_) => read_pad(e, clean)?,
         None => Vec::new(),
     };
     // 6–7. Entries pointing where nothing valid was found; space accounting.
@@ -120,6 +117,22 @@ pub(crate) fn recover(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>
     r.segments = rp.segments;
     r.us = t0.elapsed().as_micros() as u64;
     Ok(groups)
+}
+
+/// Step 2: of the checkpoint's index entries, keep those into segments that
+/// were durable when it was taken, in bands still holding the same
+/// incarnation (`matches`). Entries into bands freed or reused since are
+/// stale; replay re-adds what moved. So are entries the snapshot caught in
+/// segments still in DRAM (at or past the band's written slots): those slots
+/// are scanned anyway, and after a crash lost them a later run may have
+/// written other records there, which a kept entry would point into.
+fn keep_checkpointed(e: &Engine, matches: &dyn Fn(usize) -> Option<BandRecord>) {
+    let l = &e.layout;
+    e.index.retain(|loc| {
+        let slot = Loc(loc).slot();
+        matches(l.band_of_slot(slot) as usize)
+            .is_some_and(|cb| l.slot_in_band(slot) < cb.written_slots as u64)
+    });
 }
 
 /// Step 1: read every band header. A header is written twice in its block (format
@@ -665,7 +678,7 @@ fn seal_partial(e: &Engine, p: &Partial) -> Result<()> {
 /// continue after it. A batch that fails its checks ends the log only if no
 /// valid batch follows; a damaged batch in the middle is reported and skipped
 /// (see pad.rs).
-fn read_pad(e: &Engine) -> Result<Vec<Vec<PendingRecord>>> {
+fn read_pad(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>> {
     let Some(p) = &e.pad else {
         return Ok(Vec::new());
     };
@@ -689,7 +702,9 @@ fn read_pad(e: &Engine) -> Result<Vec<Vec<PendingRecord>>> {
                     b
                 }
                 None => {
-                    note_unfinished(e, &r, v, expect)?;
+                    if !clean {
+                        note_unfinished(e, &r, v, expect)?;
+                    }
                     break;
                 }
             },
@@ -710,6 +725,8 @@ fn read_pad(e: &Engine) -> Result<Vec<Vec<PendingRecord>>> {
 /// began but the batch fails its checks: a write torn at a crash (never
 /// acknowledged), or damage to the newest batch, which nothing after it can
 /// prove was complete (format.md §13). Either way it ends the log; say so.
+/// (Not after a clean close: then it is what an earlier crash left, never
+/// overwritten because that run wrote no batch.)
 fn note_unfinished(e: &Engine, r: &PadReader<'_>, v: u64, seq: u64) -> Result<()> {
     if r.begun_at(v, seq)? {
         e.note(format!(
