@@ -268,6 +268,11 @@ fn recovery(o: &mut Fams, s: &Stats) {
         s.recovery_pad_records as f64,
     );
     o.gauge(
+        "recovery_pad_skipped",
+        "Pad records the last open did not place again (overwritten later on the pad, or already held)",
+        s.recovery_pad_skipped as f64,
+    );
+    o.gauge(
         "recovery_warnings",
         "Problems the last recovery found and worked around",
         s.recovery_warnings.len() as f64,

@@ -11,7 +11,7 @@ use crate::engine::check::{self, CheckReport};
 use crate::engine::request::{Outcome, PendingRecord, RecordKind, Req, WriteClass};
 use crate::engine::state::Engine;
 use crate::engine::status::BandStatus;
-use crate::engine::{checkpoint, gc, maintenance, recovery, report, writer};
+use crate::engine::{checkpoint, gc, maintenance, recovery, replay, report, writer};
 use crate::error::{Error, Result};
 use crate::format::*;
 use crate::pool::{self, Pool};
@@ -131,6 +131,8 @@ impl Db {
         let engine = Arc::new(Engine::new(pool, opts, epoch));
         // Rebuild the index and band table; then start the writer and replay the pad.
         let pad_recs = recovery::recover(&engine, clean)?;
+        let replay = replay::still_needed(&engine, pad_recs)?;
+        engine.recovery.lock().pad_skipped = replay.skipped;
         let db = Db {
             engine: engine.clone(),
             writer: Mutex::new(None),
@@ -139,13 +141,14 @@ impl Db {
         };
         let (e, rx) = (engine.clone(), engine.writer.open());
         *db.writer.lock() = Some(spawn("masse-writer", "writer", move || writer::run(e, rx))?);
-        let npad = pad_recs.iter().map(|g| g.len() as u64).sum();
+        let npad = replay.groups.iter().map(|g| g.len() as u64).sum();
         // One group at a time, in order, each after GC made room if needed.
         let codec = engine.layout.codec;
-        for g in pad_recs {
+        for g in replay.groups {
             gc::room_for_replay(&engine, &g)?;
             engine.submit_all(vec![Req::new(g, WriteClass::Replay, codec)])?;
         }
+        replay::done(&engine);
         if let Some(p) = &engine.pad {
             p.end_hold();
         }
@@ -520,7 +523,7 @@ fn log_open(e: &Engine, t0: Instant, npad: u64) {
     let mut r = e.recovery.lock();
     r.pad_records = npad;
     r.us = t0.elapsed().as_micros() as u64;
-    tracing::info!(epoch = e.epoch, recovery = %r.source, segments_replayed = r.segments, pad_records = npad, took_ms = r.us / 1000, warnings = r.warnings.len(), "pool opened");
+    tracing::info!(epoch = e.epoch, recovery = %r.source, segments_replayed = r.segments, pad_records = npad, pad_skipped = r.pad_skipped, took_ms = r.us / 1000, warnings = r.warnings.len(), "pool opened");
     r.warnings
         .iter()
         .for_each(|w| tracing::warn!(warning = %w, "recovery found damage"));

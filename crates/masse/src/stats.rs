@@ -312,8 +312,11 @@ pub struct Stats {
     pub recovery_us: u64,
     /// Segments replayed from the capacity tier at the last open.
     pub recovery_segments_replayed: u64,
-    /// Pad records replayed at the last open.
+    /// Pad records replayed (placed again) at the last open.
     pub recovery_pad_records: u64,
+    /// Pad records the last open did not place again: overwritten later on
+    /// the pad, or already the pool's state on the capacity tier.
+    pub recovery_pad_skipped: u64,
     /// Problems recovery found and worked around (a damaged checkpoint, lost records).
     pub recovery_warnings: Vec<String>,
     /// What recovery found that an ordinary crash leaves behind (a write torn at
@@ -429,11 +432,12 @@ impl Stats {
         );
         let _ = writeln!(
             s,
-            "last recovery        {} in {} µs ({} segments, {} pad records replayed)",
+            "last recovery        {} in {} µs ({} segments, {} pad records replayed, {} already held)",
             self.recovery_source,
             self.recovery_us,
             self.recovery_segments_replayed,
-            self.recovery_pad_records
+            self.recovery_pad_records,
+            self.recovery_pad_skipped
         );
         for w in &self.recovery_warnings {
             let _ = writeln!(s, "recovery warning     {w}");

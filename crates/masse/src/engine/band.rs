@@ -58,6 +58,12 @@ pub(crate) struct BandTable {
     /// Bands opened so far: the log's clock, in bands written. Not persisted;
     /// recovery dates the bands it finds by their order ([`Self::date_by_order`]).
     pub clock: u64,
+    /// During pad replay at open: bands holding the current copy of a key
+    /// whose newer record is still to be replayed. GC must not move such a
+    /// copy: its move would be written to the pad after the newer record,
+    /// and a crash before replay is durable would then restore the older
+    /// value (engine/replay.rs).
+    pub awaiting_replay: std::collections::HashSet<u32>,
 }
 
 impl BandTable {
@@ -162,6 +168,7 @@ impl Bands {
                 bands: vec![info; n],
                 free: VecDeque::new(),
                 clock: 0,
+                awaiting_replay: Default::default(),
             }),
             space_cv: Condvar::new(),
         }

@@ -32,6 +32,7 @@ pub(crate) mod pad;
 pub(crate) mod place;
 pub(crate) mod read;
 pub(crate) mod recovery;
+pub(crate) mod replay;
 pub(crate) mod report;
 pub(crate) mod request;
 pub(crate) mod scanner;

@@ -67,6 +67,7 @@ pub(crate) fn stats(e: &Engine) -> Stats {
         recovery_us: rec.us,
         recovery_segments_replayed: rec.segments,
         recovery_pad_records: rec.pad_records,
+        recovery_pad_skipped: rec.pad_skipped,
         recovery_warnings: rec.warnings,
         recovery_notes: rec.notes,
         devices,

@@ -38,6 +38,9 @@ pub(crate) struct RecoveryInfo {
     pub us: u64,
     pub segments: u64,
     pub pad_records: u64,
+    /// Pad records not placed again: overwritten later on the pad, or
+    /// already the pool's state (engine/replay.rs).
+    pub pad_skipped: u64,
 }
 
 /// Everything the engine's threads share.
