@@ -144,9 +144,10 @@ impl Db {
         let npad = replay.groups.iter().map(|g| g.len() as u64).sum();
         // One group at a time, in order, each after GC made room if needed.
         let codec = engine.layout.codec;
-        for g in replay.groups {
+        for (g, pins) in replay.groups.into_iter().zip(&replay.pins) {
             gc::room_for_replay(&engine, &g)?;
             engine.submit_all(vec![Req::new(g, WriteClass::Replay, codec)])?;
+            replay::placed(&engine, pins);
         }
         replay::done(&engine);
         if let Some(p) = &engine.pad {

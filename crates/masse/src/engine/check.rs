@@ -132,7 +132,12 @@ fn check_band(
 /// flag its summary entry gives: version 2 in its header; version 3 in its
 /// trailer, which must be the one the writer's seq chain gives the entry
 /// (after the block mark the entry's position calls for).
-fn seqs_agree(codec: Codec, data: &[u8], seq: u64, entries: &[SummaryEntry]) -> Vec<bool> {
+pub(crate) fn seqs_agree(
+    codec: Codec,
+    data: &[u8],
+    seq: u64,
+    entries: &[SummaryEntry],
+) -> Vec<bool> {
     if codec == Codec::V2 {
         let seq_of = |se: &SummaryEntry| {
             let b = data.get(se.offset as usize..)?;

@@ -249,7 +249,7 @@ fn choose_victim(e: &Engine, why: Pass) -> Option<u32> {
     for (i, b) in bt.bands.iter().enumerate() {
         if b.state != BandState::Sealed
             || b.inflight > 0
-            || bt.awaiting_replay.contains(&(i as u32))
+            || bt.awaiting_replay.contains_key(&(i as u32))
         {
             continue;
         }
@@ -649,7 +649,7 @@ mod tests {
         let e = &db.engine;
         let best = choose_victim(e, Pass::ForSpace).expect("a victim");
         e.bands.lock().bands[best as usize].state = BandState::Sealed;
-        e.bands.lock().awaiting_replay.insert(best);
+        e.bands.lock().awaiting_replay.insert(best, 1);
         let other = choose_victim(e, Pass::ForSpace);
         assert_ne!(other, Some(best), "a band awaiting replay was chosen");
         if let Some(o) = other {

@@ -20,6 +20,7 @@ use crate::format::v3seg::V3Cursor;
 use crate::format::*;
 use crate::index::{fingerprint, Digest};
 use parking_lot::RwLock;
+use std::collections::HashSet;
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 use std::time::Instant;
@@ -63,9 +64,10 @@ pub(crate) fn recover(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>
         let cb = ck_bands.as_ref()?.get(b)?;
         (cb.in_use && Some(cb.first_seq) == hdrs.first[b]).then_some(*cb)
     };
-    if ck.is_some() {
-        keep_checkpointed(e, &matches);
-    }
+    let unscanned = match ck {
+        Some(_) => keep_checkpointed(e, &matches),
+        None => HashSet::new(),
+    };
     // 3. Plan: which slots of which bands to replay, in write order.
     let mut rp = Replay::new(e, &hdrs, ck_next_seq);
     let mut plans: Vec<BandPlan> = Vec::new();
@@ -104,7 +106,7 @@ pub(crate) fn recover(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>
         None => Vec::new(),
     };
     // 6–7. Entries pointing where nothing valid was found; space accounting.
-    drop_dangling(e, &hdrs, &rp.written, &groups);
+    drop_dangling(e, &hdrs, &rp.written, &groups, unscanned);
     account_live(e);
     // 8. Band table and write state.
     restore_state(e, &hdrs, &rp, newest)?;
@@ -126,13 +128,29 @@ pub(crate) fn recover(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>
 /// segments still in DRAM (at or past the band's written slots): those slots
 /// are scanned anyway, and after a crash lost them a later run may have
 /// written other records there, which a kept entry would point into.
-fn keep_checkpointed(e: &Engine, matches: &dyn Fn(usize) -> Option<BandRecord>) {
+/// Returns the (shard, fingerprint) of the live entries dropped for that
+/// reason: a key among them that neither the scan nor the pad brings back is
+/// lost (`drop_dangling`).
+fn keep_checkpointed(
+    e: &Engine,
+    matches: &dyn Fn(usize) -> Option<BandRecord>,
+) -> HashSet<(usize, u64)> {
     let l = &e.layout;
-    e.index.retain(|loc| {
+    let past_written = |loc: u64| {
         let slot = Loc(loc).slot();
         matches(l.band_of_slot(slot) as usize)
-            .is_some_and(|cb| l.slot_in_band(slot) < cb.written_slots as u64)
-    });
+            .map(|cb| l.slot_in_band(slot) >= cb.written_slots as u64)
+    };
+    let mut unscanned = HashSet::new();
+    e.index.retain_reporting(
+        |loc| past_written(loc) == Some(false),
+        |shard, fp, loc| {
+            if past_written(loc) == Some(true) && !Loc(loc).is_tombstone() {
+                unscanned.insert((shard, fp));
+            }
+        },
+    );
+    unscanned
 }
 
 /// Step 1: read every band header. A header is written twice in its block (format
@@ -509,10 +527,18 @@ impl<'a> Replay<'a> {
 /// Step 6: drop index entries pointing where nothing valid was found. A
 /// checkpoint may point into segments that were still in DRAM (their records
 /// are on the pad, re-applied below); dropped tombstones may dangle too.
-/// Anything else is a lost record.
-fn drop_dangling(e: &Engine, hdrs: &BandHeaders, written: &[u64], groups: &[Vec<PendingRecord>]) {
+/// Anything else is a lost record, and so is a key of `unscanned` (entries
+/// the checkpoint had into segments then in DRAM) that neither the scan nor
+/// the pad brought back.
+fn drop_dangling(
+    e: &Engine,
+    hdrs: &BandHeaders,
+    written: &[u64],
+    groups: &[Vec<PendingRecord>],
+    unscanned: HashSet<(usize, u64)>,
+) {
     let l = &e.layout;
-    let on_pad: std::collections::HashSet<u64> = groups
+    let on_pad: HashSet<u64> = groups
         .iter()
         .flatten()
         .map(|r| fingerprint(r.digest))
@@ -523,11 +549,15 @@ fn drop_dangling(e: &Engine, hdrs: &BandHeaders, written: &[u64], groups: &[Vec<
         let b = l.band_of_slot(loc.slot()) as usize;
         hdrs.first[b].is_some() && l.slot_in_band(loc.slot()) < written[b]
     };
-    e.index.retain_reporting(readable, |fp, loc| {
+    e.index.retain_reporting(readable, |_, fp, loc| {
         if !Loc(loc).is_tombstone() && !on_pad.contains(&fp) {
             lost += 1;
         }
     });
+    lost += unscanned
+        .iter()
+        .filter(|&&(shard, fp)| !on_pad.contains(&fp) && e.index.get_in_shard(shard, fp).is_none())
+        .count() as u64;
     if lost > 0 {
         e.counters.corruptions.fetch_add(lost, Relaxed);
         e.warn(format!(

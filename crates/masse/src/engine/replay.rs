@@ -29,67 +29,73 @@
 //! Until replay is over the index names an older copy of every key still to
 //! be replayed. GC making room for replay must not move such a copy: the move
 //! would be written to the pad after the newer record, and a second crash
-//! would then replay the older value last. Their bands are kept from GC until
-//! replay ends ([`BandTable::awaiting_replay`](super::band::BandTable)).
+//! would then replay the older value last. Their bands are kept from GC
+//! ([`BandTable::awaiting_replay`](super::band::BandTable)) until the group
+//! holding the newer record is placed.
 
+use super::check::seqs_agree;
 use super::request::PendingRecord;
+use super::scanner::{BandScanner, Found, Source};
 use super::state::Engine;
 use crate::error::Result;
 use crate::format::Loc;
-use std::collections::HashMap;
+use crate::index::canonical;
+use std::collections::{BTreeMap, HashMap};
 
-/// What replay must place: `groups` (in order; the empty ones dropped), and
-/// how many of the pad's records were `skipped` (overwritten later on the
+/// What replay must place: `groups` (in order; the empty ones dropped), the
+/// bands each group's records unpin once placed (`pins`, one list per group),
+/// and how many of the pad's records were `skipped` (overwritten later on the
 /// pad, or already the pool's state).
 pub(crate) struct ToReplay {
     pub groups: Vec<Vec<PendingRecord>>,
+    pub pins: Vec<Vec<u32>>,
     pub skipped: u64,
 }
 
 /// The records of `groups` (the pad's, in commit order) that replay must
-/// place again; see the module comment.
+/// place again; see the module comment. Pins the bands holding the current
+/// copies of their keys ([`placed`] and [`done`] unpin them).
 pub(crate) fn still_needed(e: &Engine, groups: Vec<Vec<PendingRecord>>) -> Result<ToReplay> {
     let needed = needed(e, &groups)?;
-    let mut skipped = 0u64;
-    let mut out = Vec::with_capacity(groups.len());
+    let mut r = ToReplay {
+        groups: Vec::with_capacity(groups.len()),
+        pins: Vec::with_capacity(groups.len()),
+        skipped: 0,
+    };
     for (g, keep) in groups.into_iter().zip(needed) {
-        skipped += keep.iter().filter(|&&k| !k).count() as u64;
+        r.skipped += keep.iter().filter(|&&k| !k).count() as u64;
         let g: Vec<PendingRecord> = g
             .into_iter()
             .zip(keep)
-            .filter_map(|(r, k)| k.then_some(r))
+            .filter_map(|(p, k)| k.then_some(p))
             .collect();
         if !g.is_empty() {
-            out.push(g);
+            let pins: Vec<u32> = g
+                .iter()
+                .filter_map(|p| e.index.get(p.digest))
+                .map(|l| e.layout.band_of_slot(Loc(l).slot()))
+                .collect();
+            r.groups.push(g);
+            r.pins.push(pins);
         }
     }
-    Ok(ToReplay {
-        groups: out,
-        skipped,
-    })
+    let mut bt = e.bands.lock();
+    for &b in r.pins.iter().flatten() {
+        *bt.awaiting_replay.entry(b).or_default() += 1;
+    }
+    Ok(r)
 }
 
 /// Per record of `groups`: whether replay must place it. Syncs the capacity
-/// devices if any is skipped for being the pool's state already, and pins the
-/// bands holding the current copies of the keys still to be replayed.
+/// devices if any is skipped for being the pool's state already.
 fn needed(e: &Engine, groups: &[Vec<PendingRecord>]) -> Result<Vec<Vec<bool>>> {
     let last = last_writes(groups);
-    let mut held = vec![false; last.len()];
-    for &((gi, ri), n) in last.values() {
-        held[n] = holds(e, &groups[gi][ri]);
-    }
+    let held = already_held(e, groups, &last);
     if held.iter().any(|&h| h) {
         for d in &e.pool.caps {
             crate::pool::sync(d, "syncing a capacity device before pad replay")?;
         }
     }
-    let pins = last
-        .values()
-        .filter(|&&(_, n)| !held[n])
-        .filter_map(|&((gi, ri), _)| e.index.get(groups[gi][ri].digest))
-        .map(|l| e.layout.band_of_slot(Loc(l).slot()))
-        .collect();
-    e.bands.lock().awaiting_replay = pins;
     Ok(groups
         .iter()
         .enumerate()
@@ -103,6 +109,20 @@ fn needed(e: &Engine, groups: &[Vec<PendingRecord>]) -> Result<Vec<Vec<bool>>> {
                 .collect()
         })
         .collect())
+}
+
+/// A group was placed: the older copies of its keys are dead, so their bands
+/// may be GC victims again (unless other keys still pin them).
+pub(crate) fn placed(e: &Engine, pins: &[u32]) {
+    let mut bt = e.bands.lock();
+    for b in pins {
+        if let Some(n) = bt.awaiting_replay.get_mut(b) {
+            *n -= 1;
+            if *n == 0 {
+                bt.awaiting_replay.remove(b);
+            }
+        }
+    }
 }
 
 /// Replay is over: GC may move every band again.
@@ -125,28 +145,83 @@ fn last_writes(groups: &[Vec<PendingRecord>]) -> HashMap<&[u8], ((usize, usize),
     last
 }
 
-/// Whether the pool already holds `r` as its key's state: the index points at
-/// a record of the key that reads back whole and says what `r` says (the
-/// value, or a tombstone). Nothing else counts. With no entry, a delete is
-/// still placed: the key may have an older copy the index does not name (a
-/// checkpoint covered it) that a later full scan would find. A record that
-/// fails to read is not counted as damage: after a power cut, a segment
-/// written whole can have a valid footer over blocks that never landed, and
-/// replay supersedes them.
-fn holds(e: &Engine, r: &PendingRecord) -> bool {
-    let Some(l) = e.index.get(r.digest) else {
-        return false;
-    };
-    let loc = Loc(l);
-    if loc.is_tombstone() != r.tombstone {
-        return false;
+/// A last record the index may already hold: its number, where the index
+/// points, and the record.
+type Candidate<'r> = (usize, Loc, &'r PendingRecord);
+
+/// Per last record (by its number): whether the pool already holds it as its
+/// key's state. The index must point at a record of the key that says what
+/// it says (its value, or a tombstone). With no entry a delete is still
+/// placed: the key may have an older copy the index does not name (a
+/// checkpoint covered it) that a later full scan would find. Each segment
+/// named is read once and its records checked as `check` does (checksum,
+/// summary entry, seq); only a record that passes counts. After a power cut
+/// a segment written whole can have a valid footer over blocks that never
+/// landed, and such a block can hold an earlier incarnation's record: replay
+/// supersedes those, as it always did, and nothing is reported.
+fn already_held(
+    e: &Engine,
+    groups: &[Vec<PendingRecord>],
+    last: &HashMap<&[u8], ((usize, usize), usize)>,
+) -> Vec<bool> {
+    let mut by_slot: BTreeMap<u64, Vec<Candidate<'_>>> = BTreeMap::new();
+    for &((gi, ri), n) in last.values() {
+        let r = &groups[gi][ri];
+        if let Some(l) = e.index.get(r.digest).map(Loc) {
+            if l.is_tombstone() == r.tombstone {
+                by_slot.entry(l.slot()).or_default().push((n, l, r));
+            }
+        }
     }
-    let codec = e.layout.codec;
-    e.with_record(loc, |b| {
-        let x = codec.decode(b)?;
-        Ok(x.key == r.key() && x.tombstone == r.tombstone && x.value == r.value())
-    })
-    .unwrap_or(false)
+    let mut held = vec![false; last.len()];
+    for (slot, cands) in by_slot {
+        verify_segment(e, slot, &cands, &mut held);
+    }
+    held
+}
+
+/// Reads the segment at `slot` (on the capacity tier; one in DRAM holds
+/// nothing durable) and marks the candidates whose records pass.
+fn verify_segment(e: &Engine, slot: u64, cands: &[Candidate<'_>], held: &mut [bool]) {
+    let l = &e.layout;
+    if e.segments.contains(slot) {
+        return;
+    }
+    let band = l.band_of_slot(slot);
+    let first_seq = e.bands.lock().bands[band as usize].first_seq;
+    let dig = |k: &[u8]| e.digest(k);
+    let which = (band, first_seq);
+    // One segment per read: the candidates name a few segments of many bands.
+    let mut sc = BandScanner::new(l, &e.pool.caps, e.tag, which, e.seq_limit(), &dig)
+        .with_chunk_bytes(l.seg as usize);
+    let at = l.slot_in_band(slot);
+    let codec = l.codec;
+    // A read error leaves the candidates unheld: replay places them.
+    let _ = sc.scan(at, at + 1, false, &mut |f| {
+        let Found::Segment(s) = f else { return Ok(()) };
+        if s.slot != at || s.source == Source::HeaderDamaged {
+            return Ok(());
+        }
+        let agree = seqs_agree(codec, s.data, s.seq, &s.entries);
+        for (se, ok) in s.entries.iter().zip(agree) {
+            let Some(&(n, _, r)) = cands.iter().find(|c| c.1.offset() == se.offset) else {
+                continue;
+            };
+            let rec = s
+                .data
+                .get(se.offset as usize..se.offset as usize + se.len as usize);
+            held[n] = ok
+                && rec.and_then(|b| codec.decode(b).ok()).is_some_and(|x| {
+                    canonical(e.digest(x.key)) == canonical(se.digest)
+                        && x.len == se.len as usize
+                        && x.tombstone == se.tombstone
+                        && x.key == r.key()
+                        && x.tombstone == r.tombstone
+                        && x.value == r.value()
+                });
+        }
+        Ok(())
+    });
 }
 
 #[cfg(test)]
@@ -210,7 +285,14 @@ mod tests {
         assert_eq!(r.skipped, 3);
         let stale = Loc(e.index.get(e.digest(b"stale")).expect("indexed"));
         let band = e.layout.band_of_slot(stale.slot());
-        assert!(e.bands.lock().awaiting_replay.contains(&band));
+        assert_eq!(e.bands.lock().awaiting_replay.get(&band), Some(&1));
+        assert_eq!(
+            r.pins[0],
+            vec![band],
+            "the group placing \"stale\" pins its band"
+        );
+        placed(e, &r.pins[0]);
+        assert!(!e.bands.lock().awaiting_replay.contains_key(&band));
         done(e);
         assert!(e.bands.lock().awaiting_replay.is_empty());
         db.close().expect("close");

@@ -456,19 +456,28 @@ impl Index {
     /// Removes every entry whose location fails `f` (called once per entry,
     /// shard by shard, each shard under its write lock).
     pub fn retain(&self, f: impl FnMut(u64) -> bool) {
-        self.retain_reporting(f, |_, _| {});
+        self.retain_reporting(f, |_, _, _| {});
     }
 
-    /// Like [`Index::retain`], and calls `removed(fingerprint, location)` for
-    /// each entry removed, so a caller can match them against known digests.
+    /// Like [`Index::retain`], and calls `removed(shard, fingerprint, location)`
+    /// for each entry removed, so a caller can match them against known
+    /// digests or look them up again ([`Index::get_in_shard`]).
     pub fn retain_reporting(
         &self,
         mut keep: impl FnMut(u64) -> bool,
-        mut removed: impl FnMut(u64, u64),
+        mut removed: impl FnMut(usize, u64, u64),
     ) {
-        for p in self.shards.iter() {
-            p.0.write().retain(&mut keep, &mut removed);
+        for (i, p) in self.shards.iter().enumerate() {
+            p.0.write()
+                .retain(&mut keep, &mut |fp, loc| removed(i, fp, loc));
         }
+    }
+
+    /// The location of the entry with fingerprint `fp` in shard `shard`, if
+    /// present: the lookup for a caller that kept what
+    /// [`Index::retain_reporting`] reported rather than the digest.
+    pub fn get_in_shard(&self, shard: usize, fp: u64) -> Option<u64> {
+        self.shards.get(shard)?.0.read().get(fp)
     }
 
     /// Occupancy and displacement figures (scans every table).
@@ -654,8 +663,13 @@ mod tests {
                             calls += 1;
                             loc != x
                         },
-                        |fp, loc| gone.push((fp, loc)),
+                        |shard, fp, loc| gone.push((shard, fp, loc)),
                     );
+                    for &(shard, fp, _) in &gone {
+                        assert_eq!(ix.get_in_shard(shard, fp), None, "reported, still there");
+                    }
+                    let mut gone: Vec<(u64, u64)> =
+                        gone.into_iter().map(|(_, fp, loc)| (fp, loc)).collect();
                     assert_eq!(calls, model.len(), "retain calls f once per entry");
                     let mut want: Vec<(u64, u64)> = model
                         .iter()
@@ -673,6 +687,8 @@ mod tests {
         check_invariants(&ix);
         for &d in &keys {
             assert_eq!(ix.get(d), model.get(&id(d)).copied());
+            let by_shard = ix.get_in_shard(ix.shard_index(d), fingerprint(d));
+            assert_eq!(by_shard, ix.get(d), "get_in_shard agrees with get");
         }
         let mut seen = Vec::new();
         ix.for_each(|l| seen.push(l));
