@@ -68,13 +68,10 @@ fn a_deleted_key_stays_deleted() {
     db.close().expect("close");
 }
 
-/// A key the checkpoint named in a DRAM segment whose segment then became
-/// durable (its pad batches released) and was later wiped is lost, and the
-/// open must say so: the entry dropped as the checkpoint loads is counted
-/// when neither the scan nor the pad brings the key back.
-#[test]
-fn a_key_of_a_lost_segment_is_reported() {
-    use masse::device::{AlignedBuf, Device};
+/// The history both tests below share: key 7 goes into a segment still in
+/// DRAM when a checkpoint names it; the segment is then sealed (durable, so
+/// the pad lets go of its batches) and the process crashes.
+fn checkpoint_then_seal() -> MemPool {
     let p = MemPool::tiered(64 << 20, 16 << 20).with_geometry(32 << 10, 512 << 10);
     let db = Db::create(&p.config(), opts()).expect("create");
     db.put(&key(1), b"before").expect("put");
@@ -84,6 +81,17 @@ fn a_key_of_a_lost_segment_is_reported() {
     db.checkpoint().expect("checkpoint"); // names key 7 in the DRAM segment
     db.seal_open_segments().expect("seal"); // durable; the pad lets go
     drop(db); // crash
+    p
+}
+
+/// A key the checkpoint named in a DRAM segment whose segment then became
+/// durable (its pad batches released) and was later wiped is lost, and the
+/// open must say so: the entry dropped as the checkpoint loads is counted
+/// when neither the scan nor the pad brings the key back.
+#[test]
+fn a_key_of_a_lost_segment_is_reported() {
+    use masse::device::{AlignedBuf, Device};
+    let p = checkpoint_then_seal();
     let cap = &p.caps[0];
     let at = find_bytes(cap, b"a value only this segment holds").expect("on the tier");
     // Wipe the segment: from its header (the nearest "SEGH" block before the
@@ -128,15 +136,7 @@ fn a_key_of_a_lost_segment_is_reported() {
 /// of the test above is not a false positive).
 #[test]
 fn a_rescanned_key_is_not_reported() {
-    let p = MemPool::tiered(64 << 20, 16 << 20).with_geometry(32 << 10, 512 << 10);
-    let db = Db::create(&p.config(), opts()).expect("create");
-    db.put(&key(1), b"before").expect("put");
-    db.seal_open_segments().expect("seal");
-    db.put(&key(7), b"a value only this segment holds")
-        .expect("put");
-    db.checkpoint().expect("checkpoint");
-    db.seal_open_segments().expect("seal");
-    drop(db); // crash
+    let p = checkpoint_then_seal();
     let db = Db::open(&p.config(), opts()).expect("recover");
     assert_eq!(db.stats().recovery_source, "checkpoint");
     assert_eq!(
