@@ -172,6 +172,36 @@ pub(crate) fn seqs_agree(
     out
 }
 
+const CHECKSUM_MISMATCH: &str = "record checksum mismatch";
+const SUMMARY_DISAGREES: &str = "summary disagrees with record";
+
+/// The record summary entry `se` names in segment `data`, if it decodes
+/// (checksum) and agrees with the entry (key digest, length, tombstone). The
+/// seq check is [`seqs_agree`]'s, per segment. Shared with pad replay's
+/// "already held" test (engine/replay.rs), which must accept exactly what
+/// `check` accepts.
+pub(crate) fn entry_record<'a>(
+    e: &Engine,
+    data: &'a [u8],
+    se: &SummaryEntry,
+) -> std::result::Result<Rec<'a>, &'static str> {
+    let o = se.offset as usize;
+    let Some(Ok(r)) = data
+        .get(o..o + se.len as usize)
+        .map(|b| e.layout.codec.decode(b))
+    else {
+        return Err(CHECKSUM_MISMATCH);
+    };
+    let same = canonical(e.digest(r.key)) == canonical(se.digest)
+        && r.len == se.len as usize
+        && r.tombstone == se.tombstone;
+    if same {
+        Ok(r)
+    } else {
+        Err(SUMMARY_DISAGREES)
+    }
+}
+
 fn check_record(
     e: &Engine,
     (band, slot, i): (u32, u64, u64),
@@ -187,17 +217,14 @@ fn check_record(
     // segment torn under a valid footer, whose records the pad re-applied at
     // newer positions (design.md §10.6).
     let live = || e.index.get(se.digest) == Some(here.0);
-    let codec = e.layout.codec;
-    let problem = match data.get(o..o + se.len as usize).map(|b| codec.decode(b)) {
-        Some(Ok(r)) => {
-            rep.records += 1;
-            let same = canonical(e.digest(r.key)) == canonical(se.digest)
-                && r.len == se.len as usize
-                && r.tombstone == se.tombstone;
-            (!same || !seq_agrees).then_some("summary disagrees with record")
-        }
-        _ => Some("record checksum mismatch"),
+    let problem = match entry_record(e, data, se) {
+        Ok(_) if seq_agrees => None,
+        Ok(_) => Some(SUMMARY_DISAGREES),
+        Err(what) => Some(what),
     };
+    if problem != Some(CHECKSUM_MISMATCH) {
+        rep.records += 1;
+    }
     if let Some(what) = problem {
         if live() {
             rep.errors.push(format!(

@@ -33,13 +33,12 @@
 //! ([`BandTable::awaiting_replay`](super::band::BandTable)) until the group
 //! holding the newer record is placed.
 
-use super::check::seqs_agree;
+use super::check::{entry_record, seqs_agree};
 use super::request::PendingRecord;
 use super::scanner::{BandScanner, Found, Source};
 use super::state::Engine;
 use crate::error::Result;
 use crate::format::Loc;
-use crate::index::canonical;
 use std::collections::{BTreeMap, HashMap};
 
 /// What replay must place: `groups` (in order; the empty ones dropped), the
@@ -207,17 +206,9 @@ fn verify_segment(e: &Engine, slot: u64, cands: &[Candidate<'_>], held: &mut [bo
             let Some(&(n, _, r)) = cands.iter().find(|c| c.1.offset() == se.offset) else {
                 continue;
             };
-            let rec = s
-                .data
-                .get(se.offset as usize..se.offset as usize + se.len as usize);
             held[n] = ok
-                && rec.and_then(|b| codec.decode(b).ok()).is_some_and(|x| {
-                    canonical(e.digest(x.key)) == canonical(se.digest)
-                        && x.len == se.len as usize
-                        && x.tombstone == se.tombstone
-                        && x.key == r.key()
-                        && x.tombstone == r.tombstone
-                        && x.value == r.value()
+                && entry_record(e, s.data, se).is_ok_and(|x| {
+                    x.key == r.key() && x.tombstone == r.tombstone && x.value == r.value()
                 });
         }
         Ok(())
