@@ -142,14 +142,7 @@ impl Db {
         let (e, rx) = (engine.clone(), engine.writer.open());
         *db.writer.lock() = Some(spawn("masse-writer", "writer", move || writer::run(e, rx))?);
         let npad = replay.groups.iter().map(|g| g.len() as u64).sum();
-        // One group at a time, in order, each after GC made room if needed.
-        let codec = engine.layout.codec;
-        for (g, pins) in replay.groups.into_iter().zip(&replay.pins) {
-            gc::room_for_replay(&engine, &g)?;
-            engine.submit_all(vec![Req::new(g, WriteClass::Replay, codec)])?;
-            replay::placed(&engine, pins);
-        }
-        replay::done(&engine);
+        replay::place(&engine, replay.groups)?;
         if let Some(p) = &engine.pad {
             p.end_hold();
         }

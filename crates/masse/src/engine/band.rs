@@ -58,12 +58,6 @@ pub(crate) struct BandTable {
     /// Bands opened so far: the log's clock, in bands written. Not persisted;
     /// recovery dates the bands it finds by their order ([`Self::date_by_order`]).
     pub clock: u64,
-    /// During pad replay at open: bands holding the current copy of a key
-    /// whose newer record is still to be replayed, with how many such keys.
-    /// GC must not move such a copy: its move would be written to the pad
-    /// after the newer record, and a crash before replay is durable would
-    /// then restore the older value (engine/replay.rs).
-    pub awaiting_replay: std::collections::HashMap<u32, u32>,
 }
 
 impl BandTable {
@@ -168,7 +162,6 @@ impl Bands {
                 bands: vec![info; n],
                 free: VecDeque::new(),
                 clock: 0,
-                awaiting_replay: Default::default(),
             }),
             space_cv: Condvar::new(),
         }

@@ -247,10 +247,7 @@ fn choose_victim(e: &Engine, why: Pass) -> Option<u32> {
     let room = bt.free_count() as u64 * payload + left * e.layout.seg;
     let mut best: Option<(f64, u64, u32)> = None;
     for (i, b) in bt.bands.iter().enumerate() {
-        if b.state != BandState::Sealed
-            || b.inflight > 0
-            || bt.awaiting_replay.contains_key(&(i as u32))
-        {
+        if b.state != BandState::Sealed || b.inflight > 0 {
             continue;
         }
         // What moving the band's live records costs against the band it frees:
@@ -619,47 +616,7 @@ fn submit_moves(e: &Engine, moves: &mut Vec<PendingRecord>) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{auto_low_watermark, bands_short, choose_victim, BandState, Pass};
-    use std::sync::Arc;
-
-    /// A band holding the current copy of a key that pad replay has still to
-    /// write a newer record of is no victim until replay ends: its move would
-    /// land on the pad after that record and win a second crash's replay.
-    #[test]
-    fn bands_awaiting_replay_are_no_victims() {
-        use crate::config::{DeviceSpec, Options, PoolConfig};
-        use crate::device::{Device, MemDevice};
-        let dev = DeviceSpec::Device(Arc::new(MemDevice::new(16 << 20)) as Arc<dyn Device>);
-        let mut c = PoolConfig::capacity_only(dev);
-        c.segment_size = Some(32 << 10);
-        c.band_size = Some(512 << 10);
-        let o = Options {
-            background_gc: false,
-            histograms: false,
-            ..Options::default()
-        };
-        let db = crate::Db::create(&c, o).expect("create");
-        let v = vec![7u8; 3000];
-        for round in 0..3u8 {
-            for k in 0..300u32 {
-                db.put(&k.to_be_bytes(), &[&v[..], &[round]].concat())
-                    .expect("put");
-            }
-        }
-        let e = &db.engine;
-        let best = choose_victim(e, Pass::ForSpace).expect("a victim");
-        e.bands.lock().bands[best as usize].state = BandState::Sealed;
-        e.bands.lock().awaiting_replay.insert(best, 1);
-        let other = choose_victim(e, Pass::ForSpace);
-        assert_ne!(other, Some(best), "a band awaiting replay was chosen");
-        if let Some(o) = other {
-            e.bands.lock().bands[o as usize].state = BandState::Sealed;
-        }
-        e.bands.lock().awaiting_replay.clear();
-        assert_eq!(choose_victim(e, Pass::ForSpace), Some(best));
-        e.bands.lock().bands[best as usize].state = BandState::Sealed;
-        db.close().expect("close");
-    }
+    use super::{auto_low_watermark, bands_short};
 
     #[test]
     fn the_automatic_watermark_keeps_few_bands_idle() {

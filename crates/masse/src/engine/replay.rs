@@ -26,39 +26,40 @@
 //! replay is over nothing holds the pad's region any more. So before relying
 //! on them, every capacity device is synced.
 //!
-//! Until replay is over the index names an older copy of every key still to
-//! be replayed. GC making room for replay must not move such a copy: the move
-//! would be written to the pad after the newer record, and a second crash
-//! would then replay the older value last. Their bands are kept from GC
-//! ([`BandTable::awaiting_replay`](super::band::BandTable)) until the group
-//! holding the newer record is placed.
+//! Until replay is over the index would name an older copy of every key still
+//! to be replayed, and GC making room for replay would move that copy: the
+//! move is written to the pad after the newer record, and a second crash
+//! would then replay the older value last. So the copies are taken out of the
+//! index (and counted dead) as soon as replay has decided to place the newer
+//! record ([`still_needed`]): GC then treats them as the garbage they are
+//! about to be, and every band stays a candidate, so a pool near full can
+//! still make room. Nothing is lost if the open fails or the power fails
+//! before replay is over: the pad's region stays held until then, and the
+//! next recovery rebuilds the index from the devices.
 
 use super::check::{entry_record, seqs_agree};
-use super::request::PendingRecord;
+use super::request::{PendingRecord, Req, WriteClass};
 use super::scanner::{BandScanner, Found, Source};
 use super::state::Engine;
 use crate::error::Result;
 use crate::format::Loc;
 use std::collections::{BTreeMap, HashMap};
 
-/// What replay must place: `groups` (in order; the empty ones dropped), the
-/// bands each group's records unpin once placed (`pins`, one list per group),
-/// and how many of the pad's records were `skipped` (overwritten later on the
+/// What replay must place: `groups` (in order; the empty ones dropped), and
+/// how many of the pad's records were `skipped` (overwritten later on the
 /// pad, or already the pool's state).
 pub(crate) struct ToReplay {
     pub groups: Vec<Vec<PendingRecord>>,
-    pub pins: Vec<Vec<u32>>,
     pub skipped: u64,
 }
 
 /// The records of `groups` (the pad's, in commit order) that replay must
-/// place again; see the module comment. Pins the bands holding the current
-/// copies of their keys ([`placed`] and [`done`] unpin them).
+/// place again; see the module comment. The copies the index names for their
+/// keys leave the index and count as dead.
 pub(crate) fn still_needed(e: &Engine, groups: Vec<Vec<PendingRecord>>) -> Result<ToReplay> {
     let needed = needed(e, &groups)?;
     let mut r = ToReplay {
         groups: Vec::with_capacity(groups.len()),
-        pins: Vec::with_capacity(groups.len()),
         skipped: 0,
     };
     for (g, keep) in groups.into_iter().zip(needed) {
@@ -69,20 +70,27 @@ pub(crate) fn still_needed(e: &Engine, groups: Vec<Vec<PendingRecord>>) -> Resul
             .filter_map(|(p, k)| k.then_some(p))
             .collect();
         if !g.is_empty() {
-            let pins: Vec<u32> = g
-                .iter()
-                .filter_map(|p| e.index.get(p.digest))
-                .map(|l| e.layout.band_of_slot(Loc(l).slot()))
-                .collect();
             r.groups.push(g);
-            r.pins.push(pins);
         }
     }
-    let mut bt = e.bands.lock();
-    for &b in r.pins.iter().flatten() {
-        *bt.awaiting_replay.entry(b).or_default() += 1;
+    // Each key is placed once (only its last record is), so each entry goes once.
+    for p in r.groups.iter().flatten() {
+        if let Some(old) = e.index.remove(p.digest) {
+            e.status.sub_live(Loc(old));
+        }
     }
     Ok(r)
+}
+
+/// Places `groups` (from [`still_needed`]) one at a time, in order, each
+/// after GC made room for it if needed.
+pub(crate) fn place(e: &Engine, groups: Vec<Vec<PendingRecord>>) -> Result<()> {
+    let codec = e.layout.codec;
+    for g in groups {
+        super::gc::room_for_replay(e, &g)?;
+        e.submit_all(vec![Req::new(g, WriteClass::Replay, codec)])?;
+    }
+    Ok(())
 }
 
 /// Per record of `groups`: whether replay must place it. Syncs the capacity
@@ -108,25 +116,6 @@ fn needed(e: &Engine, groups: &[Vec<PendingRecord>]) -> Result<Vec<Vec<bool>>> {
                 .collect()
         })
         .collect())
-}
-
-/// A group was placed: the older copies of its keys are dead, so their bands
-/// may be GC victims again (unless other keys still pin them).
-pub(crate) fn placed(e: &Engine, pins: &[u32]) {
-    let mut bt = e.bands.lock();
-    for b in pins {
-        if let Some(n) = bt.awaiting_replay.get_mut(b) {
-            *n -= 1;
-            if *n == 0 {
-                bt.awaiting_replay.remove(b);
-            }
-        }
-    }
-}
-
-/// Replay is over: GC may move every band again.
-pub(crate) fn done(e: &Engine) {
-    e.bands.lock().awaiting_replay.clear();
 }
 
 /// For every key on the pad: where its last record is (group, record) and
@@ -245,8 +234,9 @@ mod tests {
 
     /// Only a key's last record can matter, and only if the pool does not
     /// read as it says; a delete of a key the index does not name is placed
-    /// (an older copy a checkpoint covered may exist). The band holding the
-    /// current copy of a key still to be replayed is kept from GC.
+    /// (an older copy a checkpoint covered may exist). The copy the index
+    /// names for a key still to be replayed leaves the index and counts as
+    /// dead, so GC neither moves it nor passes over its band.
     #[test]
     fn only_last_records_the_pool_lacks_are_placed() {
         let db = db();
@@ -259,6 +249,9 @@ mod tests {
             vec![rec(e, b"held", Some(b"v2")), rec(e, b"never", None)],
             vec![rec(e, b"gone", Some(b"x")), rec(e, b"gone", None)],
         ];
+        let stale = Loc(e.index.get(e.digest(b"stale")).expect("indexed"));
+        let band = e.layout.band_of_slot(stale.slot()) as usize;
+        let live = e.status.band_live(band);
         let r = still_needed(e, groups).expect("filter");
         let left: Vec<Vec<(Vec<u8>, bool)>> = r
             .groups
@@ -274,18 +267,75 @@ mod tests {
             ]
         );
         assert_eq!(r.skipped, 3);
-        let stale = Loc(e.index.get(e.digest(b"stale")).expect("indexed"));
-        let band = e.layout.band_of_slot(stale.slot());
-        assert_eq!(e.bands.lock().awaiting_replay.get(&band), Some(&1));
         assert_eq!(
-            r.pins[0],
-            vec![band],
-            "the group placing \"stale\" pins its band"
+            e.index.get(e.digest(b"stale")),
+            None,
+            "the old copy is still indexed"
         );
-        placed(e, &r.pins[0]);
-        assert!(!e.bands.lock().awaiting_replay.contains_key(&band));
-        done(e);
-        assert!(e.bands.lock().awaiting_replay.is_empty());
+        assert_eq!(e.status.band_live(band), live - stale.len8() as u64);
+        assert!(
+            e.index.get(e.digest(b"held")).is_some(),
+            "a held copy left the index"
+        );
+        db.close().expect("close");
+    }
+
+    /// A replay that needs GC on a pool near full, where the bands holding
+    /// the old copies of the keys it overwrites are the only ones worth
+    /// emptying. (Until 2026-11-29 those bands were kept from GC until the
+    /// newer records were placed: GC found no victim and placement failed
+    /// with "no free band", so the pool could not open: this test failed so.)
+    #[test]
+    fn a_replay_over_every_band_of_a_full_pool_finds_room() {
+        let dev = |n| DeviceSpec::Device(Arc::new(MemDevice::new(n)) as Arc<dyn Device>);
+        let mut c = PoolConfig::tiered(dev(48 << 20), dev(8 << 20));
+        c.segment_size = Some(32 << 10);
+        c.band_size = Some(512 << 10);
+        let o = Options {
+            background_gc: false,
+            histograms: false,
+            ..Options::default()
+        };
+        let db = Db::create(&c, o).expect("create");
+        let e = &db.engine;
+        let val = |k: u32, v: u8| vec![v; 1500 + (k % 7) as usize];
+        let n = 3000u32;
+        for k in 0..n {
+            db.put(&k.to_be_bytes(), &val(k, 0)).expect("fill");
+        }
+        for k in (0..n).step_by(2) {
+            db.put(&k.to_be_bytes(), &val(k, 1)).expect("overwrite");
+        }
+        db.seal_open_segments().expect("seal");
+        // Every odd key again: about twice what the free bands hold, in an
+        // order that spreads each group over many bands, as random keys do.
+        let odd: Vec<u32> = (0..n / 2).map(|i| 2 * ((i * 7919) % (n / 2)) + 1).collect();
+        let groups: Vec<Vec<PendingRecord>> = odd
+            .chunks(8)
+            .map(|ks| {
+                ks.iter()
+                    .map(|&k| rec(e, &k.to_be_bytes(), Some(&val(k, 2))))
+                    .collect()
+            })
+            .collect();
+        let free = e.bands.lock().free_count() as u64 * e.layout.band_payload();
+        assert!(
+            odd.len() as u64 * 1500 > 2 * free,
+            "the replay fits without GC"
+        );
+        let freed = db.stats().gc_bands_freed;
+        let r = still_needed(e, groups).expect("filter");
+        place(e, r.groups).expect("replay found no room");
+        assert!(db.stats().gc_bands_freed > freed, "no GC ran during replay");
+        for k in 0..n {
+            let want = val(k, 1 + (k % 2) as u8);
+            assert_eq!(
+                db.get(&k.to_be_bytes()).expect("get"),
+                Some(want),
+                "key {k}"
+            );
+        }
+        assert!(db.check().expect("check").is_clean());
         db.close().expect("close");
     }
 }
