@@ -726,7 +726,8 @@ fn read_pad(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>> {
                     e.counters.corruptions.fetch_add(lost, Relaxed);
                     e.warn(format!(
                         "write pad: {lost} batch(es) from number {expect} at offset {v} damaged; \
-                         their writes are lost unless they had reached the capacity tier; \
+                         their writes are lost unless they had reached the capacity tier, and \
+                         a key an earlier batch also wrote reads as that earlier write; \
                          the intact later batches were replayed"
                     ));
                     b
