@@ -101,7 +101,7 @@ impl GroupFilter {
 
     fn keep(&mut self, e: &Engine, p: &PendingRecord) -> bool {
         let keep = match p.kind {
-            RecordKind::Put | RecordKind::Replay => {
+            RecordKind::Put | RecordKind::Replay(_) => {
                 if self.has_deletes {
                     self.put_in_group.insert(canonical(p.digest), true);
                 }

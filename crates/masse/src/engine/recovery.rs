@@ -777,7 +777,7 @@ fn pad_records(e: &Engine, b: &Batch) -> Result<Vec<PendingRecord>> {
     let mut recs = Vec::new();
     while off < payload.len() {
         let r = codec.decode(&payload[off..])?;
-        let mut p = PendingRecord::new(r.key, r.value, r.tombstone, RecordKind::Replay);
+        let mut p = PendingRecord::new(r.key, r.value, r.tombstone, RecordKind::Replay(None));
         p.digest = e.digest(r.key);
         recs.push(p);
         off += match codec {

@@ -44,8 +44,10 @@ pub(crate) enum RecordKind {
     /// keeps (it is the same version, moved): applied only if the index still
     /// points at `old`.
     Relocate(Loc, u64),
-    /// Pad replay at open: always applied.
-    Replay,
+    /// Pad replay at open: always applied. Holds the copy the index named
+    /// before replay took it out (`replay::still_needed`), which placement
+    /// must still land after (design.md §9.5, rule 2).
+    Replay(Option<Loc>),
 }
 
 /// A record on its way into a group commit: what it says, in no format yet.

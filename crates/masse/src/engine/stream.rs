@@ -148,7 +148,7 @@ impl NewestCopy<'_> {
         let (e, p) = (self.e, self.p);
         *self.band.get_or_insert_with(|| {
             let copy = match p.kind {
-                RecordKind::Relocate(old, _) => Some(old),
+                RecordKind::Relocate(old, _) | RecordKind::Replay(Some(old)) => Some(old),
                 _ => e.index.get(p.digest).map(Loc),
             }?;
             let band = e.layout.band_of_slot(copy.slot()) as usize;
