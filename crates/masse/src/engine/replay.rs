@@ -222,17 +222,43 @@ mod tests {
     use crate::Db;
     use std::sync::Arc;
 
-    fn db() -> Db {
-        let dev = |n| DeviceSpec::Device(Arc::new(MemDevice::new(n)) as Arc<dyn Device>);
-        let mut c = PoolConfig::tiered(dev(48 << 20), dev(16 << 20));
+    /// A tiered pool on `fast` and `cap`: 32 KiB segments, 512 KiB bands.
+    fn config(fast: &MemDevice, cap: &MemDevice) -> PoolConfig {
+        let dev = |d: &MemDevice| DeviceSpec::Device(Arc::new(d.clone()) as Arc<dyn Device>);
+        let mut c = PoolConfig::tiered(dev(fast), dev(cap));
         c.segment_size = Some(32 << 10);
         c.band_size = Some(512 << 10);
-        let o = Options {
+        c
+    }
+
+    /// GC only when a test asks or a write needs room.
+    fn options() -> Options {
+        Options {
             background_gc: false,
             histograms: false,
             ..Options::default()
-        };
-        Db::create(&c, o).expect("create")
+        }
+    }
+
+    /// A new pool of `cap` bytes with a 48 MiB fast tier.
+    fn db(cap: u64) -> Db {
+        let c = config(&MemDevice::new(48 << 20), &MemDevice::new(cap));
+        Db::create(&c, options()).expect("create")
+    }
+
+    /// The value of key `k` at `version`: 1.5 KiB and a little more.
+    fn val(k: u32, version: u8) -> Vec<u8> {
+        vec![version; 1500 + (k % 7) as usize]
+    }
+
+    /// Every key below `n` reads `val(k, version(k))`, `check` is clean; closes.
+    fn verify_and_close(db: Db, n: u32, version: impl Fn(u32) -> u8) {
+        for k in 0..n {
+            let got = db.get(&k.to_be_bytes()).expect("get");
+            assert_eq!(got, Some(val(k, version(k))), "key {k}");
+        }
+        assert!(db.check().expect("check").is_clean());
+        db.close().expect("close");
     }
 
     thread_local! {
@@ -256,7 +282,7 @@ mod tests {
     /// dead, so GC neither moves it nor passes over its band.
     #[test]
     fn only_last_records_the_pool_lacks_are_placed() {
-        let db = db();
+        let db = db(16 << 20);
         let e = &db.engine;
         db.put(b"held", b"v2").expect("put");
         db.put(b"stale", b"old").expect("put");
@@ -304,18 +330,8 @@ mod tests {
     /// with "no free band", so the pool could not open: this test failed so.)
     #[test]
     fn a_replay_over_every_band_of_a_full_pool_finds_room() {
-        let dev = |n| DeviceSpec::Device(Arc::new(MemDevice::new(n)) as Arc<dyn Device>);
-        let mut c = PoolConfig::tiered(dev(48 << 20), dev(8 << 20));
-        c.segment_size = Some(32 << 10);
-        c.band_size = Some(512 << 10);
-        let o = Options {
-            background_gc: false,
-            histograms: false,
-            ..Options::default()
-        };
-        let db = Db::create(&c, o).expect("create");
+        let db = db(8 << 20);
         let e = &db.engine;
-        let val = |k: u32, v: u8| vec![v; 1500 + (k % 7) as usize];
         let n = 3000u32;
         for k in 0..n {
             db.put(&k.to_be_bytes(), &val(k, 0)).expect("fill");
@@ -352,16 +368,7 @@ mod tests {
             diverted < odd.len() as u64 / 100,
             "{diverted} replayed records went to the GC band"
         );
-        for k in 0..n {
-            let want = val(k, 1 + (k % 2) as u8);
-            assert_eq!(
-                db.get(&k.to_be_bytes()).expect("get"),
-                Some(want),
-                "key {k}"
-            );
-        }
-        assert!(db.check().expect("check").is_clean());
-        db.close().expect("close");
+        verify_and_close(db, n, |k| 1 + (k % 2) as u8);
     }
 
     /// GC at open empties the band holding the old copy of a key still to be
@@ -372,21 +379,12 @@ mod tests {
     #[test]
     fn a_crash_after_gc_at_open_keeps_the_replayed_value() {
         let (fast, cap) = (MemDevice::new(48 << 20), MemDevice::new(8 << 20));
-        let cfg = || {
-            let dev = |d: &MemDevice| DeviceSpec::Device(Arc::new(d.clone()) as Arc<dyn Device>);
-            let mut c = PoolConfig::tiered(dev(&fast), dev(&cap));
-            c.segment_size = Some(32 << 10);
-            c.band_size = Some(512 << 10);
-            c
-        };
+        let cfg = || config(&fast, &cap);
         let o = Options {
-            background_gc: false,
-            histograms: false,
             checkpoint_on_close: false,
-            ..Options::default()
+            ..options()
         };
         let db = Db::create(&cfg(), o.clone()).expect("create");
-        let val = |k: u32, v: u8| vec![v; 1500 + (k % 7) as usize];
         // The first band: the key, and fillers of which all but every tenth
         // are overwritten later (in other bands), so GC empties it first.
         db.put(b"key", b"v1").expect("put");
@@ -423,15 +421,6 @@ mod tests {
         cut();
         let db = Db::open(&cfg(), o).expect("reopen");
         assert_eq!(db.get(b"key").expect("get").as_deref(), Some(&b"v2"[..]));
-        for k in 0..300u32 {
-            let want = val(k, (k % 10 != 0) as u8);
-            assert_eq!(
-                db.get(&k.to_be_bytes()).expect("get"),
-                Some(want),
-                "key {k}"
-            );
-        }
-        assert!(db.check().expect("check").is_clean());
-        db.close().expect("close");
+        verify_and_close(db, 300, |k| (k % 10 != 0) as u8);
     }
 }
