@@ -261,9 +261,12 @@ mod tests {
         db.close().expect("close");
     }
 
+    /// A test's step between two replayed groups.
+    pub(super) type Hook = fn(&Engine) -> Result<()>;
+
     thread_local! {
         /// Runs before each group [`place`] submits, on the opening thread.
-        pub(super) static BEFORE_GROUP: std::cell::Cell<Option<fn(&Engine) -> Result<()>>> =
+        pub(super) static BEFORE_GROUP: std::cell::Cell<Option<Hook>> =
             const { std::cell::Cell::new(None) };
         /// The band the hook's GC pass freed.
         static FREED: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
