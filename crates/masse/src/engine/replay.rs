@@ -366,7 +366,6 @@ mod tests {
         // Each record still follows its old copy into the user stream, not
         // into the GC stream's band, the newest once GC has run.
         let diverted = db.stats().stream_diverted - diverted;
-        eprintln!("diverted {diverted} of {}", odd.len());
         assert!(
             diverted < odd.len() as u64 / 100,
             "{diverted} replayed records went to the GC band"
