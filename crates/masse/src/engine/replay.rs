@@ -213,7 +213,7 @@ fn verify_segment(e: &Engine, slot: u64, cands: &[Candidate<'_>], held: &mut [bo
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::config::{DeviceSpec, Options, PoolConfig};
     use crate::device::{Device, MemDevice};
@@ -241,7 +241,7 @@ mod tests {
     }
 
     /// A new pool of `cap` bytes with a 48 MiB fast tier.
-    fn db(cap: u64) -> Db {
+    pub(in crate::engine) fn db(cap: u64) -> Db {
         let c = config(&MemDevice::new(48 << 20), &MemDevice::new(cap));
         Db::create(&c, options()).expect("create")
     }

@@ -309,6 +309,12 @@ impl Index {
         cap
     }
 
+    /// The shard that holds `d`: with the fingerprint, the key's identity
+    /// in the index (`retain_reporting` and `get_in_shard` name keys so).
+    pub fn shard_for(&self, d: Digest) -> usize {
+        self.shard_index(d) & (self.shards.len() - 1)
+    }
+
     #[inline]
     fn shard_index(&self, d: Digest) -> usize {
         let hi = (d >> 64) as u64;
