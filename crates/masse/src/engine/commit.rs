@@ -196,7 +196,15 @@ impl Engine {
 
     /// Run group commits until `mine` (the caller's last request; FIFO order means
     /// all of the caller's requests) is done, then hand leadership on.
+    ///
+    /// A group's callers are woken after the write state is released and,
+    /// once the leader's own request is among them, after leadership has
+    /// passed on. Each wake-up is a futex wake (on a VM, an inter-processor
+    /// interrupt); done inside the commit, they lengthened every group by one
+    /// per caller, and the next group's callers waited for them. Now the next
+    /// leader commits while this group's callers wake.
     fn lead(&self, mine: &Arc<Req>) {
+        let mut acks = Vec::new();
         loop {
             let max = self.opts.max_batch_bytes.min(self.max_group_bytes());
             let batch = match self.requests.next(mine, max) {
@@ -204,7 +212,16 @@ impl Engine {
                 Next::Stop => return,
             };
             let mut ws = self.write_state.lock();
-            if let Err(e) = self.commit_group(&mut ws, &batch) {
+            let res = self.commit_group(&mut ws, &batch, &mut acks);
+            drop(ws);
+            let mine_acked = res.is_ok() && acks.iter().any(|(r, _)| Arc::ptr_eq(r, mine));
+            if mine_acked {
+                self.requests.hand_on();
+            }
+            for (r, found) in acks.drain(..) {
+                r.complete(Outcome::Done(found));
+            }
+            if let Err(e) = res {
                 let m = e.to_string();
                 self.fail(format!("write path failed: {m}"));
                 for r in &batch {
@@ -212,6 +229,9 @@ impl Engine {
                         r.complete(Outcome::Failed(m.clone()));
                     }
                 }
+            }
+            if mine_acked {
+                return;
             }
         }
     }
@@ -315,15 +335,20 @@ impl Engine {
     }
 
     /// One group commit. Holds the write state (leadership) throughout.
-    pub(super) fn commit_group(&self, ws: &mut WriteState, batch: &[Arc<Req>]) -> Result<()> {
+    /// Requests applied go to `acks` with their found-delete counts, for the
+    /// caller to complete once it has released the write state.
+    pub(super) fn commit_group(
+        &self,
+        ws: &mut WriteState,
+        batch: &[Arc<Req>],
+        acks: &mut Vec<(Arc<Req>, u32)>,
+    ) -> Result<()> {
         let mut sel = self.select(ws, batch)?;
         if !sel.in_place.is_empty() {
             self.write_in_place(std::mem::take(&mut sel.pages), &sel.in_place)?;
         }
         if sel.bytes == 0 {
-            for (r, _) in &sel.take {
-                r.complete(Outcome::Done(0));
-            }
+            acks.extend(sel.take.iter().map(|(r, _)| (Arc::clone(r), 0)));
             return Ok(());
         }
         // Reserve pad room before placing anything, so a forced seal never takes this
@@ -336,7 +361,7 @@ impl Engine {
         };
         let g = self.place_group(ws, &sel, pad_virt.is_some())?;
         self.persist(ws, pad_virt, &g)?;
-        self.apply(&sel.take, &g.placed);
+        self.apply(&sel.take, &g.placed, acks);
         self.seq_hint.store(ws.next_seq, SeqCst);
         // Hand sealed segments to the writer (tiered; capacity-only did it in `persist`).
         if self.pad.is_some() {
@@ -601,8 +626,14 @@ impl Engine {
         }
     }
 
-    /// Apply to the index, account live/dead bytes, acknowledge.
-    fn apply(&self, take: &[(&Arc<Req>, Vec<usize>)], placed: &[Vec<Placed>]) {
+    /// Apply to the index and account live/dead bytes; the acknowledgements
+    /// go to `acks` (`lead` sends them).
+    fn apply(
+        &self,
+        take: &[(&Arc<Req>, Vec<usize>)],
+        placed: &[Vec<Placed>],
+        acks: &mut Vec<(Arc<Req>, u32)>,
+    ) {
         let mut nrec = 0u64;
         for ((r, idx), pl) in take.iter().zip(placed.iter()) {
             let mut found = 0u32;
@@ -610,7 +641,7 @@ impl Engine {
                 nrec += 1;
                 found += self.apply_record(&r.recs[i], p.loc);
             }
-            r.complete(Outcome::Done(found));
+            acks.push((Arc::clone(r), found));
         }
         self.counters.commit_groups.fetch_add(1, Relaxed);
         self.counters.commit_records.fetch_add(nrec, Relaxed);

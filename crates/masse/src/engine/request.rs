@@ -322,6 +322,15 @@ struct Queued {
     leader: bool,
 }
 
+impl Queued {
+    fn hand_on(&mut self) {
+        match self.reqs.first() {
+            Some(r) => r.promote(),
+            None => self.leader = false,
+        }
+    }
+}
+
 /// What the leader should do next.
 pub(crate) enum Next {
     /// Commit these requests as one group.
@@ -343,12 +352,8 @@ impl RequestQueue {
     /// request, so no caller is kept leading other callers' writes.
     pub fn next(&self, mine: &Req, max: usize) -> Next {
         let mut q = self.inner.lock();
-        if q.reqs.is_empty() {
-            q.leader = false;
-            return Next::Stop;
-        }
-        if mine.is_done() {
-            q.reqs[0].promote();
+        if q.reqs.is_empty() || mine.is_done() {
+            q.hand_on();
             return Next::Stop;
         }
         let mut total = 0usize;
@@ -362,6 +367,12 @@ impl RequestQueue {
             n += 1;
         }
         Next::Commit(q.reqs.drain(..n).collect())
+    }
+
+    /// The leader stops: leadership passes to the oldest waiting request,
+    /// or lapses when none waits.
+    pub fn hand_on(&self) {
+        self.inner.lock().hand_on();
     }
 
     /// `(queued, leader active, already completed)`, for `Db::debug_state`.
