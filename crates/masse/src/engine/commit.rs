@@ -213,6 +213,11 @@ impl Engine {
             };
             let mut ws = self.write_state.lock();
             let res = self.commit_group(&mut ws, &batch, &mut acks);
+            // Fail before another thread can take the write state: it must
+            // not seal or checkpoint what this group left half done.
+            if let Err(e) = &res {
+                self.fail(format!("write path failed: {e}"));
+            }
             drop(ws);
             let mine_acked = res.is_ok() && acks.iter().any(|(r, _)| Arc::ptr_eq(r, mine));
             if mine_acked {
@@ -223,7 +228,6 @@ impl Engine {
             }
             if let Err(e) = res {
                 let m = e.to_string();
-                self.fail(format!("write path failed: {m}"));
                 for r in &batch {
                     if !r.is_done() {
                         r.complete(Outcome::Failed(m.clone()));
@@ -334,9 +338,10 @@ impl Engine {
         true
     }
 
-    /// One group commit. Holds the write state (leadership) throughout.
-    /// Requests applied go to `acks` with their found-delete counts, for the
-    /// caller to complete once it has released the write state.
+    /// One group commit, under the write state. Requests applied go to
+    /// `acks` with their found-delete counts, for the caller to complete
+    /// once it has released the write state; requests not applied (stalled,
+    /// written in place) are answered here.
     pub(super) fn commit_group(
         &self,
         ws: &mut WriteState,
@@ -829,7 +834,7 @@ mod tests {
         {
             let mut ws = inner.write_state.lock();
             inner
-                .commit_group(&mut ws, &[w.clone(), mv.clone()])
+                .commit_group(&mut ws, &[w.clone(), mv.clone()], &mut Vec::new())
                 .expect("commit");
         }
         assert_eq!(db.get(b"K").expect("get").as_deref(), expect);

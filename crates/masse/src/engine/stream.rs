@@ -378,7 +378,8 @@ mod tests {
         ];
         {
             let mut ws = e.write_state.lock();
-            e.commit_group(&mut ws, &reqs).expect("commit");
+            e.commit_group(&mut ws, &reqs, &mut Vec::new())
+                .expect("commit");
         }
         assert_eq!(db.get(&key(k)).expect("get"), Some(val(k, 6)));
         seal_all(&db);
