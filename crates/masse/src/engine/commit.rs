@@ -793,6 +793,46 @@ mod tests {
         }
     }
 
+    /// `commit_group` applies a group but wakes nobody: its requests come
+    /// back in `acks` with their found deletes, for `lead` to answer after
+    /// it has released the write state and handed leadership on.
+    #[test]
+    fn a_group_is_applied_before_anyone_is_woken() {
+        let dev = MemDevice::new(8 << 20);
+        let db = Db::create(&pool(&dev), opts()).expect("create");
+        db.put(b"K", b"v").expect("put");
+        let e = &db.engine;
+        let codec = e.layout.codec;
+        let rec = |k: &[u8], del: bool| {
+            let kind = if del {
+                RecordKind::Delete
+            } else {
+                RecordKind::Put
+            };
+            let v: &[u8] = if del { b"" } else { b"w" };
+            let mut p = PendingRecord::new(k, v, del, kind);
+            p.digest = e.digest(k);
+            p
+        };
+        let put = Req::new(vec![rec(b"J", false)], WriteClass::User, codec);
+        let del = Req::new(vec![rec(b"K", true)], WriteClass::Delete, codec);
+        let mut acks = Vec::new();
+        {
+            let mut ws = e.write_state.lock();
+            e.commit_group(&mut ws, &[put.clone(), del.clone()], &mut acks)
+                .expect("commit");
+        }
+        assert!(!put.is_done() && !del.is_done(), "a caller was woken");
+        let got: Vec<(bool, u32)> = acks
+            .iter()
+            .map(|(r, n)| (Arc::ptr_eq(r, &put), *n))
+            .collect();
+        assert_eq!(got, vec![(true, 0), (false, 1)]);
+        assert_eq!(db.get(b"J").expect("get"), Some(b"w".to_vec()));
+        assert_eq!(db.get(b"K").expect("get"), None);
+        db.close().expect("close");
+    }
+
     /// A GC move of key K and a user write of K in the same group commit: the
     /// move must not be placed after the write, or recovery ("later position
     /// wins") resurrects the moved, older version. Found by `masse stress`
