@@ -793,6 +793,18 @@ mod tests {
         }
     }
 
+    /// A user put of `k` (value "v") or, with `del`, a delete of it.
+    fn user_rec(e: &Engine, k: &[u8], del: bool) -> PendingRecord {
+        let (kind, v): (_, &[u8]) = if del {
+            (RecordKind::Delete, b"")
+        } else {
+            (RecordKind::Put, b"v")
+        };
+        let mut p = PendingRecord::new(k, v, del, kind);
+        p.digest = e.digest(k);
+        p
+    }
+
     /// `commit_group` applies a group but wakes nobody: its requests come
     /// back in `acks` with their found deletes, for `lead` to answer after
     /// it has released the write state and handed leadership on.
@@ -803,19 +815,8 @@ mod tests {
         db.put(b"K", b"v").expect("put");
         let e = &db.engine;
         let codec = e.layout.codec;
-        let rec = |k: &[u8], del: bool| {
-            let kind = if del {
-                RecordKind::Delete
-            } else {
-                RecordKind::Put
-            };
-            let v: &[u8] = if del { b"" } else { b"w" };
-            let mut p = PendingRecord::new(k, v, del, kind);
-            p.digest = e.digest(k);
-            p
-        };
-        let put = Req::new(vec![rec(b"J", false)], WriteClass::User, codec);
-        let del = Req::new(vec![rec(b"K", true)], WriteClass::Delete, codec);
+        let put = Req::new(vec![user_rec(e, b"J", false)], WriteClass::User, codec);
+        let del = Req::new(vec![user_rec(e, b"K", true)], WriteClass::Delete, codec);
         let mut acks = Vec::new();
         {
             let mut ws = e.write_state.lock();
@@ -828,7 +829,7 @@ mod tests {
             .map(|(r, n)| (Arc::ptr_eq(r, &put), *n))
             .collect();
         assert_eq!(got, vec![(true, 0), (false, 1)]);
-        assert_eq!(db.get(b"J").expect("get"), Some(b"w".to_vec()));
+        assert_eq!(db.get(b"J").expect("get"), Some(b"v".to_vec()));
         assert_eq!(db.get(b"K").expect("get"), None);
         db.close().expect("close");
     }
@@ -968,19 +969,9 @@ mod tests {
         let db = Db::create(&pool(&dev), opts()).expect("create");
         db.put(b"a", b"1").expect("put");
         let inner = &db.engine;
-        let rec = |k: &[u8], del: bool| {
-            let kind = if del {
-                RecordKind::Delete
-            } else {
-                RecordKind::Put
-            };
-            let mut p = PendingRecord::new(k, if del { b"" } else { b"v" }, del, kind);
-            p.digest = inner.digest(k);
-            vec![p]
-        };
         let admits = |class, del| {
             let ws = inner.write_state.lock();
-            inner.admits(&ws, class, &rec(b"b", del))
+            inner.admits(&ws, class, &[user_rec(inner, b"b", del)])
         };
         assert!(admits(WriteClass::User, false), "room to spare");
         // Leave one free band: the open band still has room for the record.
