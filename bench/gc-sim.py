@@ -16,7 +16,11 @@ record (below 4×, 16× that, or older); `oracle` knows the future: every
 record, user write or move, goes to one of five bands by when its key is
 written next (within keys/16, keys/4, keys, 4·keys user writes, or later) —
 a bound on what placement by expected lifetime can do; `freq` the same five
-bands by an estimate of that from exact per-key write counts. By default a record
+bands by an estimate of that from exact per-key write counts. With
+--absorb N (any mode), a user write of a key whose live copy is in the user
+stream's open segment (a segment is N records placed by that stream)
+replaces it there and places nothing: masse's `Options::absorb_overwrites`
+(N ≈ 1,950 records of 134 bytes in a 256 KiB segment, at full scale). By default a record
 may only land in a band opened after the band holding its key's live copy (masse's
 "later position = newer version", design.md §10.5); otherwise it goes to the
 newest open band, and the share of such forced placements is printed
@@ -54,6 +58,9 @@ class Sim:
         self.open = {}                  # stream -> [band, records in it]
         self.opened = self.sealed = 0
         self.user = self.moved = self.forced = 0
+        self.absorb = 0                 # records per user segment (0: no absorption)
+        self.seg_of = [-1] * keys       # user segment that holds each key's live copy
+        self.useg = self.useg_used = self.absorbed = 0
 
     def open_band(self, st):
         b = self.free.pop(0)
@@ -91,6 +98,12 @@ class Sim:
             self.live[old] -= 1
             self.members[old].discard(k)
         self.loc[k] = b
+        self.seg_of[k] = -1
+        if st == "user" and self.absorb:
+            self.seg_of[k] = self.useg
+            self.useg_used += 1
+            if self.useg_used == self.absorb:
+                self.useg, self.useg_used = self.useg + 1, 0
         self.live[b] += 1
         self.members[b].add(k)
         self.open[st][1] += 1
@@ -150,6 +163,11 @@ class Sim:
     def write(self, k):
         while len(self.free) < self.low:
             self.gc()
+        if self.absorb and self.seg_of[k] == self.useg:
+            # The live copy is in the open user segment: overwrite it there.
+            self.user += 1
+            self.absorbed += 1
+            return
         st = self.user_stream(k)
         if self.mode == "freq":
             self.cnt[k] += 1
@@ -178,6 +196,7 @@ def drawer(dist, keys, theta, rnd):
 def run(a, dist, mode, policy, low):
     sim = Sim(a.keys, a.bands, a.utilization, policy, mode, low, not a.unordered, a.seed)
     sim.cold_by, sim.cold_age, sim.ell = a.cold_by, a.cold_age, a.ell * a.keys
+    sim.absorb = a.absorb
     draw = drawer(dist, a.keys, a.theta, sim.rnd)
     writes = list(range(a.keys)) + [draw() for _ in range(int(a.overwrites * a.keys))]
     if mode == "oracle":
@@ -187,7 +206,7 @@ def run(a, dist, mode, policy, low):
             seen[writes[i]] = i
     for k in writes:
         sim.write(k)
-    total = sim.user + sim.moved
+    total = sim.user + sim.moved - sim.absorbed
     return total / sim.user, sim.forced / total
 
 
@@ -206,6 +225,9 @@ def main():
     p.add_argument("--cold-by", default="moved", help="hc modes: `moved` (live copy moved by GC) or `age`")
     p.add_argument("--cold-age", type=int, default=32, help="hc modes with --cold-by age: sealed bands")
     p.add_argument("--ell", type=float, default=0.1, help="sepbit: lifespan threshold, in user writes per key")
+    p.add_argument("--absorb", type=int, default=0,
+                   help="records per user segment: a user write whose key's live copy is in the open "
+                        "user segment replaces it there (0: off)")
     p.add_argument("--unordered", action="store_true", help="ignore the position-order rule")
     a = p.parse_args()
     for dist in a.dist.split(","):

@@ -227,6 +227,14 @@ pub struct DemoArgs {
           default_missing_value = "true", action = clap::ArgAction::Set)]
     pub cold_user_writes: bool,
 
+    /// Tiered pools: a put of a key whose newest record is still in the open
+    /// DRAM segment, at the same length, is written over it there instead of
+    /// appended (`Options::absorb_overwrites`; the engine's default). `false`:
+    /// every put is appended.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_value_t = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub absorb_overwrites: bool,
+
     /// Whether GC TRIMs the bands it frees: `auto` on drives but not on pool files,
     /// where the TRIM is a hole punch that stalls concurrent gets.
     #[arg(long, value_enum, value_name = "WHEN", default_value = "auto")]
@@ -802,6 +810,8 @@ struct Workload {
     gc_separate: bool,
     /// Cold user writes with the GC moves (`Options::cold_user_writes`).
     cold_user_writes: bool,
+    /// Overwrites absorbed in the open DRAM segment (`Options::absorb_overwrites`).
+    absorb_overwrites: bool,
     seed: u64,
     record_bytes: u64,
     data_bytes: u64,
@@ -935,6 +945,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
                 .unwrap_or_default()
             + if a.gc_separate { "" } else { "; GC moves with user writes" }
             + if a.cold_user_writes || !a.gc_separate { "" } else { "; no cold user writes with GC moves" }
+            + if a.absorb_overwrites { "" } else { "; overwrites not absorbed" }
             + match trim {
                 TrimArg::Auto => "",
                 TrimArg::Always => "; TRIM always",
@@ -957,6 +968,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
     }
     opts.gc_separate = a.gc_separate;
     opts.cold_user_writes = a.cold_user_writes;
+    opts.absorb_overwrites = a.absorb_overwrites;
     if let Some(b) = a.writer_inflight {
         opts.writer_inflight_bytes = b as usize;
     }
@@ -1011,6 +1023,7 @@ fn run_on(a: &DemoArgs, place: &mut Place, data: u64, rec: u64, num: usize) -> C
             gc_low_bands: a.gc_low_bands,
             gc_separate: a.gc_separate,
             cold_user_writes: a.cold_user_writes,
+            absorb_overwrites: a.absorb_overwrites,
             seed: a.seed,
             record_bytes: rec,
             data_bytes: data,

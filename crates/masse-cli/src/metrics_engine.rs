@@ -138,6 +138,11 @@ fn writes(o: &mut Fams, s: &Stats) {
         "User writes placed with GC moves because their key's newest copy was old (cold_user_writes)",
         s.cold_writes as f64,
     );
+    o.counter(
+        "absorbed_writes",
+        "Puts written over their key's same-length record in a segment still in DRAM (absorb_overwrites)",
+        s.absorbed_writes as f64,
+    );
     o.gauge(
         "host_write_amplification",
         "Capacity-tier bytes written / user bytes written since open",

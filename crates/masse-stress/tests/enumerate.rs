@@ -123,6 +123,12 @@ fn cold_user_writes() {
     enumerate("cold-writes", |_| {});
 }
 
+/// Overwrites absorbed in the open DRAM segment.
+#[test]
+fn absorbed_overwrites() {
+    enumerate("absorb", |_| {});
+}
+
 /// The tiered scenarios with GC moves among the user writes
 /// (`Options::gc_separate` off; the other tests run the engine's default).
 #[test]

@@ -55,6 +55,7 @@ pub(crate) struct Counters {
     pub forced_seals: AtomicU64,
     pub stream_diverted: AtomicU64,
     pub cold_writes: AtomicU64,
+    pub absorbed_writes: AtomicU64,
     pub gc_runs: AtomicU64,
     pub gc_bands_freed: AtomicU64,
     pub gc_bytes_read: AtomicU64,
@@ -257,6 +258,11 @@ pub struct Stats {
     /// placed in the GC moves' band because their key's newest copy was old
     /// (design.md §9.5).
     pub cold_writes: u64,
+    /// Tiered pools with `Options::absorb_overwrites`: puts written over
+    /// their key's record of the same length in a segment still open in
+    /// DRAM, rather than appended (design.md §4.10). They reach the pad, not
+    /// the capacity tier.
+    pub absorbed_writes: u64,
     /// Capacity-tier bytes written ÷ user bytes written.
     pub host_write_amplification: f64,
     /// GC passes that freed a band.
@@ -363,12 +369,13 @@ impl Stats {
         );
         let _ = writeln!(
             s,
-            "capacity tier        {} segments ({:.1} MiB) + {} partial flushes + {} in-place updates ({:.1} MiB); host write amplification {:.3}",
+            "capacity tier        {} segments ({:.1} MiB) + {} partial flushes + {} in-place updates ({:.1} MiB); {} overwrites absorbed in DRAM; host write amplification {:.3}",
             self.segments_written,
             mib(self.segment_bytes_written),
             self.partial_flushes,
             self.inplace_writes,
             mib(self.inplace_bytes),
+            self.absorbed_writes,
             self.host_write_amplification
         );
         let _ = writeln!(

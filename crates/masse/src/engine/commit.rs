@@ -41,6 +41,9 @@ struct Selection<'b> {
     /// Per admitted request, the stream of each of its records (by index in
     /// the request; empty: all `User`).
     streams: Vec<Vec<Pick>>,
+    /// Per admitted request: a lone put that may be written over its key's
+    /// record in an open segment (tiered, `Options::absorb_overwrites`).
+    absorb: Vec<bool>,
     /// Segment bytes of the records to place.
     bytes: usize,
     /// scm-only: lone puts written over their old record, and the page images.
@@ -57,6 +60,8 @@ struct PlacedGroup {
     /// Segments that need the pad from this group's batch on: those it
     /// opened and every one it put records in.
     new_segs: Vec<u64>,
+    /// Records written over their key's record in an open segment (`absorb`).
+    absorbed: usize,
 }
 
 /// Admission's copy of both streams' write positions (see `Engine::admit`).
@@ -90,9 +95,12 @@ impl GroupFilter {
         }
     }
 
-    /// scm-only: a lone put of a key this group did not write yet may be
-    /// written in place (GC moves need no check: they come from victim bands).
-    fn may_go_in_place(&self, r: &Req) -> bool {
+    /// A lone user put of a key this group did not write yet: it may be
+    /// written over its key's record, in place on the device (scm-only) or
+    /// in an open DRAM segment (tiered). An earlier record of the group for
+    /// the key would be placed after the old one and win; GC moves need no
+    /// check: they come from victim bands, never from open segments.
+    fn lone_new_put(&self, r: &Req) -> bool {
         r.class == WriteClass::User
             && r.recs.len() == 1
             && r.recs[0].kind == RecordKind::Put
@@ -381,6 +389,7 @@ impl Engine {
         let mut sel = Selection {
             take: Vec::with_capacity(batch.len()),
             streams: Vec::with_capacity(batch.len()),
+            absorb: Vec::with_capacity(batch.len()),
             bytes: 0,
             in_place: Vec::new(),
             pages: Vec::new(),
@@ -389,8 +398,9 @@ impl Engine {
         let mut filter = GroupFilter::new(batch);
         let mut choice = self.streams_on().then(StreamChoice::default);
         let scm = self.pool.geo.mode == Mode::ScmOnly;
+        let absorb = self.pad.is_some() && self.opts.absorb_overwrites;
         for r in batch {
-            if scm && filter.may_go_in_place(r) && self.try_in_place(&r.recs[0], &mut sel.pages)? {
+            if scm && filter.lone_new_put(r) && self.try_in_place(&r.recs[0], &mut sel.pages)? {
                 filter.user_in_group.insert(canonical(r.recs[0].digest));
                 sel.in_place.push(r);
                 continue;
@@ -413,6 +423,7 @@ impl Engine {
                 r.complete(Outcome::Stalled);
                 continue;
             }
+            sel.absorb.push(absorb && filter.lone_new_put(r));
             let mut idx = Vec::with_capacity(r.recs.len());
             for (i, p) in r.recs.iter().enumerate() {
                 if filter.keep(self, p) {
@@ -481,6 +492,7 @@ impl Engine {
             stamped: Vec::with_capacity(sel.take.len()),
             payload: Vec::with_capacity(if to_pad { sel.bytes } else { 0 }),
             new_segs: Vec::new(),
+            absorbed: 0,
         };
         // An open segment receiving its first records needs the pad from this batch on.
         let empty_open: Vec<u64> = ws
@@ -488,17 +500,27 @@ impl Engine {
             .filter(|o| o.entries.is_empty())
             .map(|o| o.buf.seq)
             .collect();
-        for ((r, idx), streams) in sel.take.iter().zip(&sel.streams) {
+        let reqs = sel.take.iter().zip(&sel.streams).zip(&sel.absorb);
+        for (((r, idx), streams), &absorb) in reqs {
             let mut pl = Vec::with_capacity(idx.len());
             let mut st = Vec::with_capacity(idx.len());
             for (j, &i) in idx.iter().enumerate() {
                 let more = j + 1 < idx.len();
                 let p = &r.recs[i];
-                let s = streams
-                    .get(i)
-                    .map_or(Stream::User, |k| self.count_pick(p, k));
-                let (placed, bytes) =
-                    ws.in_stream(s, |ws| self.place_record(ws, p, more, &mut g.new_segs))?;
+                let pick = streams.get(i);
+                let s = pick.map_or(Stream::User, |k| k.stream);
+                let (placed, bytes) = match absorb.then(|| self.absorb(ws, s, p)).flatten() {
+                    Some(x) => {
+                        g.absorbed += 1;
+                        x
+                    }
+                    None => {
+                        if let Some(k) = pick {
+                            self.count_pick(p, k);
+                        }
+                        ws.in_stream(s, |ws| self.place_record(ws, p, more, &mut g.new_segs))?
+                    }
+                };
                 if to_pad {
                     self.pad_copy(&mut g.payload, p, &bytes);
                 }
@@ -517,8 +539,24 @@ impl Engine {
         Ok(g)
     }
 
-    /// Count a record's stream choice (diverted, cold); returns its stream.
-    fn count_pick(&self, p: &PendingRecord, k: &Pick) -> Stream {
+    /// `p` written over its key's record in stream `s`'s open segment, if it
+    /// may be (`absorb_target`): no seq, no summary entry, no new bytes; the
+    /// index entry and live bytes stay as they are when `apply` re-applies
+    /// the same location.
+    fn absorb(&self, ws: &WriteState, s: Stream, p: &PendingRecord) -> Option<(Placed, Vec<u8>)> {
+        let (buf, loc, bytes) = self.absorb_target(ws, s, p)?;
+        let off = loc.offset() as usize;
+        let placed = Placed {
+            buf,
+            off,
+            mark: None,
+            loc,
+        };
+        Some((placed, bytes))
+    }
+
+    /// Count a placed record's stream choice (diverted, cold).
+    fn count_pick(&self, p: &PendingRecord, k: &Pick) {
         match k.want {
             Some(w) if w != k.stream => {
                 self.counters.stream_diverted.fetch_add(1, Relaxed);
@@ -528,7 +566,6 @@ impl Engine {
             }
             _ => {}
         }
-        k.stream
     }
 
     /// A record's bytes in the pad batch: version 2 the segment copy, padded
@@ -617,7 +654,24 @@ impl Engine {
         Ok(())
     }
 
+    /// Copy the group's records into their segment buffers. Absorbed records
+    /// change bytes under an unchanged index entry: like scm-only's in-place
+    /// writes they move the `inplace_gen` seqlock, so a reader that checks
+    /// only "the entry did not move" (part reads, iterators) looks again.
     fn copy_into_segments(&self, g: &PlacedGroup) {
+        if g.absorbed > 0 {
+            self.inplace_gen.fetch_add(1, SeqCst);
+            self.counters
+                .absorbed_writes
+                .fetch_add(g.absorbed as u64, Relaxed);
+        }
+        self.copy_records(g);
+        if g.absorbed > 0 {
+            self.inplace_gen.fetch_add(1, SeqCst);
+        }
+    }
+
+    fn copy_records(&self, g: &PlacedGroup) {
         for (pl, st) in g.placed.iter().zip(g.stamped.iter()) {
             for (p, b) in pl.iter().zip(st.iter()) {
                 let mut d = p.buf.data.write();
@@ -831,6 +885,65 @@ mod tests {
         assert_eq!(got, vec![(true, 0), (false, 1)]);
         assert_eq!(db.get(b"J").expect("get"), Some(b"v".to_vec()));
         assert_eq!(db.get(b"K").expect("get"), None);
+        db.close().expect("close");
+    }
+
+    /// A lone put is written over its key's record in the open segment only
+    /// if no earlier record of its group wrote the key: K's batch is placed
+    /// after K's old record, so a lone put of K absorbed into the old one
+    /// would lose to the batch at recovery ("later position wins"). L's lone
+    /// put comes first in its group and is absorbed; L's batch then follows
+    /// it. A power cut and a scan of the capacity tier must give each key
+    /// its last write.
+    #[test]
+    fn only_a_lone_put_of_a_key_new_to_its_group_is_absorbed() {
+        let (fast, cap) = (MemDevice::new(48 << 20), MemDevice::new(8 << 20));
+        let dev = |d: &MemDevice| DeviceSpec::Device(Arc::new(d.clone()) as Arc<dyn Device>);
+        let mut cfg = PoolConfig::tiered(dev(&fast), dev(&cap));
+        cfg.segment_size = Some(32 << 10);
+        cfg.band_size = Some(512 << 10);
+        let db = Db::create(&cfg, opts()).expect("create");
+        db.put(b"K", b"v1").expect("put");
+        db.put(b"L", b"l1").expect("put");
+        let e = &db.engine;
+        let codec = e.layout.codec;
+        let req = |kvs: &[(&[u8], &[u8])]| {
+            let recs = kvs.iter().map(|&(k, v)| {
+                let mut p = PendingRecord::new(k, v, false, RecordKind::Put);
+                p.digest = e.digest(k);
+                p
+            });
+            Req::new(recs.collect(), WriteClass::User, codec)
+        };
+        let group = [
+            req(&[(b"K", b"v2"), (b"J", b"j1")]),
+            req(&[(b"K", b"v3")]),
+            req(&[(b"L", b"l2")]),
+            req(&[(b"L", b"l3"), (b"M", b"m1")]),
+        ];
+        let before = e.counters.absorbed_writes.load(Relaxed);
+        let mut acks = Vec::new();
+        e.commit_group(&mut e.write_state.lock(), &group, &mut acks)
+            .expect("commit");
+        assert_eq!(e.counters.absorbed_writes.load(Relaxed) - before, 1);
+        let want: [(&[u8], &[u8]); 4] =
+            [(b"K", b"v3"), (b"J", b"j1"), (b"L", b"l3"), (b"M", b"m1")];
+        for (k, v) in want {
+            assert_eq!(db.get(k).expect("get").as_deref(), Some(v));
+        }
+        db.seal_open_segments().expect("seal");
+        db.flush().expect("flush");
+        drop(db);
+        fast.power_cut();
+        cap.power_cut();
+        let db = Db::open(&cfg, opts()).expect("recover");
+        for (k, v) in want {
+            assert_eq!(
+                db.get(k).expect("get").as_deref(),
+                Some(v),
+                "{k:?} after recovery"
+            );
+        }
         db.close().expect("close");
     }
 

@@ -1,7 +1,8 @@
-//! scm-only in-place updates (§4.9; the paper's 3D XPoint rule: write in
-//! place, 4 KiB-aligned).
+//! Updates written over the old record: scm-only pools on the device (§4.9;
+//! the paper's 3D XPoint rule: write in place, 4 KiB-aligned), tiered pools
+//! in a segment still open in DRAM (absorbed overwrites, §4.10).
 //!
-//! A lone put that keeps its record's exact length rewrites the record's 4 KiB
+//! scm-only: a lone put that keeps its record's exact length rewrites the record's 4 KiB
 //! page through the single writer and syncs before the ack. The record keeps
 //! the old one's segment tag, sequence number and flags (version 3: its seq
 //! trailer), so the segment's
@@ -13,6 +14,7 @@
 
 use super::band::BandState;
 use super::request::{Outcome, PendingRecord, Req};
+use super::segment::{SegmentBuf, Stream, WriteState};
 use super::state::Engine;
 use super::writer_jobs::WriterJob;
 use crate::device::{round_down64, AlignedBuf};
@@ -78,18 +80,51 @@ impl Engine {
         (new.len() == old_len).then_some(new)
     }
 
-    /// The device and byte offset of `p`'s live record, if it may be overwritten:
-    /// a length that may be the same (`try_in_place` compares the old
-    /// record's exact length), on the device, in a band GC is not emptying.
-    fn in_place_target(&self, p: &PendingRecord) -> Option<(usize, u64)> {
+    /// Tiered pools (`Options::absorb_overwrites`): if `p`'s key has a live
+    /// record of exactly the new record's length in stream `s`'s open
+    /// segment, the segment, the record's location and `p` encoded over it
+    /// (keeping its tag, seq and flags, as `rewrite_like`), for the leader
+    /// to copy over the old record once the group is on the pad.
+    ///
+    /// The old record is the key's newest copy (the index names it), so
+    /// the new version takes the newest position of all the key's copies,
+    /// as an appended record would (design.md §10.5). The caller makes sure
+    /// no earlier record of the group wrote the key, and that `s` is the
+    /// stream the record was chosen for, so a later record of the group
+    /// for the key follows it there (stream.rs, rule 1).
+    pub(super) fn absorb_target(
+        &self,
+        ws: &WriteState,
+        s: Stream,
+        p: &PendingRecord,
+    ) -> Option<(Arc<SegmentBuf>, Loc, Vec<u8>)> {
+        let loc = self.same_size_live(p)?;
+        let o = ws.open_of(s).filter(|o| o.buf.slot == loc.slot())?;
+        let off = loc.offset() as usize;
+        let end = (off + loc.len8() as usize).min(o.used);
+        let bytes = {
+            let d = o.buf.data.read();
+            self.rewrite_like(d.get(off..end)?, p)?
+        };
+        Some((Arc::clone(&o.buf), loc, bytes))
+    }
+
+    /// Where `p`'s key's live record is, if it is a put whose length may be
+    /// the new record's (`rewrite_like` compares the exact lengths).
+    fn same_size_live(&self, p: &PendingRecord) -> Option<Loc> {
         let loc = Loc(self.index.get(p.digest)?);
         let codec = self.layout.codec;
         let len = p.len(codec);
         let may_fit =
             len <= loc.len8() as usize && len + codec.max_extra() >= loc.len_min() as usize;
-        if loc.is_tombstone() || !may_fit {
-            return None;
-        }
+        (!loc.is_tombstone() && may_fit).then_some(loc)
+    }
+
+    /// The device and byte offset of `p`'s live record, if it may be overwritten:
+    /// a length that may be the same (`try_in_place` compares the old
+    /// record's exact length), on the device, in a band GC is not emptying.
+    fn in_place_target(&self, p: &PendingRecord) -> Option<(usize, u64)> {
+        let loc = self.same_size_live(p)?;
         if self.segments.contains(loc.slot()) {
             return None;
         }

@@ -104,6 +104,7 @@ fn copy_counters(e: &Engine, s: &mut Stats) {
     s.forced_seals = ld(&c.forced_seals);
     s.stream_diverted = ld(&c.stream_diverted);
     s.cold_writes = ld(&c.cold_writes);
+    s.absorbed_writes = ld(&c.absorbed_writes);
     s.gc_separate = e.streams_on();
     s.gc_runs = ld(&c.gc_runs);
     s.gc_bands_freed = ld(&c.gc_bands_freed);
