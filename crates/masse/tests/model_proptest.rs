@@ -35,6 +35,23 @@ fn op_with_gc(gc: u32) -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Few keys and two value lengths: most puts find their key's newest record
+/// in the open segment at the same length, and are absorbed there
+/// (`Options::absorb_overwrites`) between crashes, power cuts, GC and batches.
+fn op_hot() -> impl Strategy<Value = Op> {
+    let len = prop_oneof![Just(200u16), Just(1500u16)];
+    prop_oneof![
+        50 => (0u16..24, any::<u16>(), len).prop_map(|(k, v, l)| Op::Put(k, v, l)),
+        6 => (0u16..24).prop_map(Op::Del),
+        15 => (0u16..24).prop_map(Op::Get),
+        5 => prop::collection::vec((0u16..24, prop::option::of(Just(200u16))), 1..4).prop_map(Op::Batch),
+        2 => Just(Op::Reopen),
+        2 => Just(Op::Crash),
+        2 => Just(Op::PowerCut),
+        4 => Just(Op::Gc),
+    ]
+}
+
 fn val(k: u16, v: u16, len: u16) -> Vec<u8> {
     value(k as u64, v as u64, len as usize)
 }
@@ -143,6 +160,14 @@ proptest! {
         run_with(p(), ops.clone(), cold);
         let mixed = Options { gc_separate: false, gc_policy: GcPolicy::Greedy, ..opts() };
         run_with(p(), ops, mixed);
+    }
+
+    /// Overwrites absorbed in the open segment, with the option on and off.
+    #[test]
+    fn tiered_absorbed_overwrites_match_model(ops in prop::collection::vec(op_hot(), 1..500)) {
+        let p = || MemPool::tiered(48 << 20, 16 << 20).with_geometry(16 << 10, 256 << 10);
+        run_with(p(), ops.clone(), opts());
+        run_with(p(), ops, Options { absorb_overwrites: false, ..opts() });
     }
 
     #[test]
