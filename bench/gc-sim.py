@@ -59,7 +59,7 @@ class Sim:
         self.opened = self.sealed = 0
         self.user = self.moved = self.forced = 0
         self.absorb = 0                 # records per user segment (0: no absorption)
-        self.seg_of = [-1] * keys       # user segment that holds each key's live copy
+        self.seg_of = [-1 << 60] * keys  # user segment that holds each key's live copy (none: -2^60)
         self.useg = self.useg_used = self.absorbed = 0
 
     def open_band(self, st):
@@ -98,7 +98,7 @@ class Sim:
             self.live[old] -= 1
             self.members[old].discard(k)
         self.loc[k] = b
-        self.seg_of[k] = -1
+        self.seg_of[k] = -1 << 60
         if st == "user" and self.absorb:
             self.seg_of[k] = self.useg
             self.useg_used += 1
@@ -163,7 +163,7 @@ class Sim:
     def write(self, k):
         while len(self.free) < self.low:
             self.gc()
-        if self.absorb and self.seg_of[k] == self.useg:
+        if self.absorb and self.useg - self.absorb_segs < self.seg_of[k] <= self.useg:
             # The live copy is in the open user segment: overwrite it there.
             self.user += 1
             self.absorbed += 1
@@ -196,7 +196,7 @@ def drawer(dist, keys, theta, rnd):
 def run(a, dist, mode, policy, low):
     sim = Sim(a.keys, a.bands, a.utilization, policy, mode, low, not a.unordered, a.seed)
     sim.cold_by, sim.cold_age, sim.ell = a.cold_by, a.cold_age, a.ell * a.keys
-    sim.absorb = a.absorb
+    sim.absorb, sim.absorb_segs = a.absorb, a.absorb_segments
     draw = drawer(dist, a.keys, a.theta, sim.rnd)
     writes = list(range(a.keys)) + [draw() for _ in range(int(a.overwrites * a.keys))]
     if mode == "oracle":
@@ -228,6 +228,11 @@ def main():
     p.add_argument("--absorb", type=int, default=0,
                    help="records per user segment: a user write whose key's live copy is in the open "
                         "user segment replaces it there (0: off)")
+    p.add_argument("--absorb-segments", type=int, default=1,
+                   help="with --absorb: how many of the user stream's newest segments take "
+                        "overwrites (1: the open one; 2: it and the last one sealed, masse's held "
+                        "segment; GC here may still pick the held segment's band, which masse "
+                        "does not, so 2 flatters a little)")
     p.add_argument("--unordered", action="store_true", help="ignore the position-order rule")
     a = p.parse_args()
     for dist in a.dist.split(","):

@@ -143,6 +143,10 @@ impl Db {
         *db.writer.lock() = Some(spawn("masse-writer", "writer", move || writer::run(e, rx))?);
         let npad = replay.groups.iter().map(|g| g.len() as u64).sum();
         replay::place(&engine, replay.groups)?;
+        // Replayed records in the held segment would otherwise stay only on the
+        // pad until the next segment fills, and be placed again after another
+        // crash; send it now, as before the held segment existed.
+        engine.release_held()?;
         if let Some(p) = &engine.pad {
             p.end_hold();
         }
@@ -335,6 +339,7 @@ impl Db {
     /// (Acknowledged writes are already durable; this only drains the writer.)
     pub fn flush(&self) -> Result<()> {
         self.engine.check_failed()?;
+        self.engine.release_held()?;
         self.engine.writer_barrier()
     }
 

@@ -259,8 +259,8 @@ pub struct Stats {
     /// (design.md §9.5).
     pub cold_writes: u64,
     /// Tiered pools with `Options::absorb_overwrites`: puts written over
-    /// their key's record of the same length in a segment still open in
-    /// DRAM, rather than appended (design.md §4.10). They reach the pad, not
+    /// their key's record of the same length in a segment still in DRAM
+    /// (the open one or the held one), rather than appended (design.md §4.10). They reach the pad, not
     /// the capacity tier.
     pub absorbed_writes: u64,
     /// Capacity-tier bytes written ÷ user bytes written.

@@ -84,6 +84,43 @@ fn same_length_overwrites_in_the_open_segment_are_absorbed() {
     db.close().expect("close");
 }
 
+/// The `User` segment closed last stays in DRAM, absorbable, until the next
+/// one closes; then it goes to the writer and its records are appended over.
+#[test]
+fn the_segment_closed_last_absorbs_until_the_next_one_closes() {
+    let p = MemPool::tiered(64 << 20, 64 << 20).with_geometry(32 << 10, 512 << 10);
+    let db = Db::create(&p.config(), opts()).expect("create");
+    let before = db.stats().segments_written;
+    // 1000-byte values: about 31 to a 32 KiB segment. Key 0 is in the first
+    // segment, key 40 in the second, which is still open.
+    for i in 0..41 {
+        put(&db, i, 0, 1000);
+    }
+    put(&db, 0, 1, 1000); // in the held segment
+    put(&db, 40, 1, 1000); // in the open one
+    assert_eq!(absorbed(&db), 2);
+    db.flush().expect("flush"); // hands the held segment to the writer
+    assert_eq!(db.stats().segments_written - before, 1);
+    put(&db, 1, 1, 1000); // its segment is written: appended
+    assert_eq!(absorbed(&db), 2);
+    for i in 100..140 {
+        put(&db, i, 0, 1000); // the second segment closes and is held
+    }
+    put(&db, 40, 2, 1000);
+    assert_eq!(absorbed(&db), 3);
+    for (i, v) in [(0, 1), (1, 1), (40, 2), (2, 0), (139, 0)] {
+        expect(&db, i, v, 1000);
+    }
+    drop(db);
+    p.power_cut();
+    let db = Db::open(&p.config(), opts()).expect("recover");
+    for (i, v) in [(0, 1), (1, 1), (40, 2), (2, 0), (139, 0)] {
+        expect(&db, i, v, 1000);
+    }
+    clean(&db);
+    db.close().expect("close");
+}
+
 /// Hot keys overwritten many times reach the capacity tier about once per
 /// segment each; without absorption every write does.
 #[test]

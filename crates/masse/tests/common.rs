@@ -193,9 +193,15 @@ impl Scripted {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
-    /// Wait until a write is held at the gate.
+    /// Wait until a write is held at the gate; panics after 30 s, so a
+    /// test whose writes never come fails instead of hanging.
     pub fn wait_blocked(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while !self.blocked.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no write reached the gate in 30 s"
+            );
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }

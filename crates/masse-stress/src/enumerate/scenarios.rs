@@ -608,8 +608,9 @@ fn scm_inplace(s: &mut Script, scale: u32) -> Result<(), Violation> {
 }
 
 /// Absorbed overwrites (design.md §4.10): a lone put of a key whose newest
-/// record is in the open segment, at the same length, is written over it in
-/// DRAM. Windows of hot keys are rewritten while segments fill, seal and cross
+/// record is in the open segment, or in the `User` segment closed last
+/// (held in DRAM until the next one closes), at the same length, is written
+/// over it there. Windows of hot keys are rewritten while segments fill, seal and cross
 /// into a new band; a lone put absorbs into a batch's first and last records
 /// (they keep the batch's MORE flags); another length is appended, and so is
 /// a put after a delete, which the next put then absorbs. `seal_open` steps

@@ -446,7 +446,7 @@ impl Engine {
     fn reserve_pad(&self, p: &PadRing, ws: &mut WriteState, len: usize) -> Result<u64> {
         self.seal_idle_gc_segment(p, ws)?;
         loop {
-            let open: Vec<u64> = ws.open_with_records().map(|o| o.buf.seq).collect();
+            let open: Vec<u64> = ws.unsent_with_records().map(|o| o.buf.seq).collect();
             match p.reserve(len, self.tag, &open, &|| self.check_failed())? {
                 Reserved::At(v) => return Ok(v),
                 Reserved::HeldByOpenSegment => {
@@ -455,7 +455,7 @@ impl Engine {
                             self.counters.forced_seals.fetch_add(1, Relaxed);
                         }
                     }
-                    self.flush_segments(ws, false)?;
+                    self.send_closed(ws, false)?;
                 }
             }
         }
@@ -753,8 +753,39 @@ impl Engine {
         for &s in streams {
             closed |= ws.close_stream(s);
         }
-        match closed {
-            true => self.flush_segments(&mut ws, false),
+        let all = streams.contains(&Stream::User);
+        match closed || (all && ws.held.is_some()) {
+            true => self.send_closed(&mut ws, !all),
+            false => Ok(()),
+        }
+    }
+
+    /// Tiered: seal the closed segments and hand them to the writer, all of
+    /// them, or (`hold`) all but the newest `User` one, which stays
+    /// absorbable in DRAM until the next one closes
+    /// ([`WriteState::take_closed`], design.md §4.10).
+    pub(super) fn send_closed(&self, ws: &mut WriteState, hold: bool) -> Result<()> {
+        for mut o in ws.take_closed(hold) {
+            o.seal(self.tag);
+            let from = round_down64(o.flushed as u64, 4096) as usize;
+            self.send(WriterJob::Segment {
+                buf: o.buf.clone(),
+                from,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Hand the held `User` segment, if any, to the writer: `Db::flush`
+    /// promises every closed segment, and a writer waiting for space needs
+    /// the band it pins (a band with a segment in DRAM is no GC victim).
+    pub(crate) fn release_held(&self) -> Result<()> {
+        if !(self.opts.absorb_overwrites && self.pad.is_some()) {
+            return Ok(());
+        }
+        let mut ws = self.write_state.lock();
+        match ws.held.is_some() {
+            true => self.send_closed(&mut ws, false),
             false => Ok(()),
         }
     }
@@ -764,15 +795,8 @@ impl Engine {
     pub(super) fn flush_segments(&self, ws: &mut WriteState, durable_tail: bool) -> Result<()> {
         if !durable_tail {
             // Tiered: every record is on the pad; a segment is written once, whole.
-            for mut o in ws.to_seal.drain(..) {
-                o.seal(self.tag);
-                let from = round_down64(o.flushed as u64, 4096) as usize;
-                self.send(WriterJob::Segment {
-                    buf: o.buf.clone(),
-                    from,
-                })?;
-            }
-            return Ok(());
+            let hold = self.opts.absorb_overwrites && self.pad.is_some();
+            return self.send_closed(ws, hold);
         }
         // Without a pad a group commit is durable once its records are: first the
         // records of the segments it sealed and of the open segment, then one sync

@@ -112,6 +112,9 @@ pub(crate) fn wait_for_space(e: &Engine, class: WriteClass, recs: &[PendingRecor
                 }
             }
             GcOutcome::NoVictim => {
+                // The held segment pins its band and goes out only when the next
+                // one closes, which no stalled writer will do: send it now.
+                e.release_held()?;
                 // A band being freed by another pass, or segments in flight, may still help.
                 let busy = {
                     let ws = e.write_state.lock();
@@ -173,6 +176,8 @@ pub(crate) fn room_for_replay(e: &Engine, recs: &[PendingRecord]) -> Result<()> 
             return Ok(());
         }
         if let GcOutcome::NoVictim = gc_pass(e, Pass::ForSpace)? {
+            // The held segment's band may be the one to collect.
+            e.release_held()?;
             return Ok(());
         }
     }

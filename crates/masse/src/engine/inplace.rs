@@ -82,7 +82,8 @@ impl Engine {
 
     /// Tiered pools (`Options::absorb_overwrites`): if `p`'s key has a live
     /// record of exactly the new record's length in stream `s`'s open
-    /// segment, the segment, the record's location and `p` encoded over it
+    /// segment (or, for `User`, the held one: closed last, not yet handed
+    /// to the writer), the segment, the record's location and `p` encoded over it
     /// (keeping its tag, seq and flags, as `rewrite_like`), for the leader
     /// to copy over the old record once the group is on the pad.
     ///
@@ -99,7 +100,7 @@ impl Engine {
         p: &PendingRecord,
     ) -> Option<(Arc<SegmentBuf>, Loc, Vec<u8>)> {
         let loc = self.same_size_live(p)?;
-        let o = ws.open_of(s).filter(|o| o.buf.slot == loc.slot())?;
+        let o = ws.absorbing(s, loc.slot())?;
         let off = loc.offset() as usize;
         let end = (off + loc.len8() as usize).min(o.used);
         let bytes = {

@@ -690,6 +690,7 @@ fn seal_partial(e: &Engine, p: &Partial) -> Result<()> {
         flushed: p.used,
         codec: l.codec,
         v3: V3Cursor::after(&v3),
+        user: false,
     };
     o.seal(e.tag);
     let from = p.used / 4096 * 4096;

@@ -71,6 +71,8 @@ pub(crate) struct OpenSegment {
     pub codec: Codec,
     /// Version 3: where the next record goes (its `end` is `used`).
     pub v3: V3Cursor,
+    /// Closed by the `User` stream (set by [`WriteState::close_segment`]).
+    pub user: bool,
 }
 
 impl OpenSegment {
@@ -84,6 +86,7 @@ impl OpenSegment {
             flushed: 0,
             codec,
             v3: V3Cursor::default(),
+            user: false,
         }
     }
 
@@ -251,6 +254,12 @@ pub(crate) struct WriteState {
     /// The segment closed last: its sequence number and the end of its
     /// records (written into the next segment's header as `prev_end`).
     pub last_closed: Option<(u64, u32)>,
+    /// Tiered, with `Options::absorb_overwrites`: the `User` stream's segment
+    /// closed last, kept in DRAM, unsealed, until the next one closes, so
+    /// overwrites can still be absorbed into it (design.md §4.10).
+    pub held: Option<OpenSegment>,
+    /// The `Gc` stream's position is swapped in ([`WriteState::in_stream`]).
+    in_gc: bool,
 }
 
 impl WriteState {
@@ -266,6 +275,8 @@ impl WriteState {
             band_first: 0,
             parked: StreamPos::default(),
             last_closed: None,
+            held: None,
+            in_gc: false,
         }
     }
 
@@ -286,6 +297,7 @@ impl WriteState {
         std::mem::swap(&mut self.cur_band, &mut p.cur_band);
         std::mem::swap(&mut self.next_sib, &mut p.next_sib);
         std::mem::swap(&mut self.band_first, &mut p.band_first);
+        self.in_gc = !self.in_gc;
     }
 
     /// Stream `s`'s open segment.
@@ -311,16 +323,52 @@ impl WriteState {
             .flatten()
     }
 
-    /// Open segments holding records, of both streams.
-    pub fn open_with_records(&self) -> impl Iterator<Item = &OpenSegment> {
-        self.open_segments().filter(|o| !o.entries.is_empty())
+    /// Segments holding records that only a later group commit will hand to
+    /// the writer: both streams' open ones and the held one.
+    pub fn unsent_with_records(&self) -> impl Iterator<Item = &OpenSegment> {
+        self.open_segments()
+            .chain(self.held.as_ref())
+            .filter(|o| !o.entries.is_empty())
+    }
+
+    /// Where an overwrite of a record in stream `s`'s segment at `slot` may
+    /// be absorbed: the stream's open segment, or for `User` the held one.
+    pub fn absorbing(&self, s: Stream, slot: u64) -> Option<&OpenSegment> {
+        let held = self.held.as_ref().filter(|_| s == Stream::User);
+        [self.open_of(s), held]
+            .into_iter()
+            .flatten()
+            .find(|o| o.buf.slot == slot)
     }
 
     /// A segment takes no more records: queue it for sealing and remember
     /// where its records end, for the next segment's header.
-    pub fn close_segment(&mut self, o: OpenSegment) {
+    pub fn close_segment(&mut self, mut o: OpenSegment) {
         self.last_closed = Some((o.buf.seq, o.used as u32));
+        o.user = !self.in_gc;
         self.to_seal.push(o);
+    }
+
+    /// The closed segments to hand to the writer now, oldest first. With
+    /// `hold`, the newest `User` segment among them stays in DRAM as the
+    /// held one (the previously held one then goes first); without, the
+    /// held one goes too.
+    pub fn take_closed(&mut self, hold: bool) -> Vec<OpenSegment> {
+        let mut closed: Vec<OpenSegment> = self.to_seal.drain(..).collect();
+        let keep = match hold {
+            true => closed
+                .iter()
+                .rposition(|o| o.user)
+                .map(|i| closed.remove(i)),
+            false => None,
+        };
+        if hold && keep.is_none() {
+            return closed;
+        }
+        let mut out: Vec<OpenSegment> = self.held.take().into_iter().collect();
+        out.extend(closed);
+        self.held = keep;
+        out
     }
 
     /// Close stream `s`'s open segment, if it holds records.
