@@ -42,7 +42,7 @@ struct Selection<'b> {
     /// the request; empty: all `User`).
     streams: Vec<Vec<Pick>>,
     /// Per admitted request: a lone put that may be written over its key's
-    /// record in an open segment (tiered, `Options::absorb_overwrites`).
+    /// record in a segment still in DRAM (tiered, `Options::absorb_overwrites`).
     absorb: Vec<bool>,
     /// Segment bytes of the records to place.
     bytes: usize,
@@ -398,7 +398,7 @@ impl Engine {
         let mut filter = GroupFilter::new(batch);
         let mut choice = self.streams_on().then(StreamChoice::default);
         let scm = self.pool.geo.mode == Mode::ScmOnly;
-        let absorb = self.pad.is_some() && self.opts.absorb_overwrites;
+        let absorb = self.absorbs();
         for r in batch {
             if scm && filter.lone_new_put(r) && self.try_in_place(&r.recs[0], &mut sel.pages)? {
                 filter.user_in_group.insert(canonical(r.recs[0].digest));
@@ -776,11 +776,17 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether overwrites are absorbed in DRAM segments, and the `User`
+    /// segment closed last is held for them (tiered, `absorb_overwrites`).
+    fn absorbs(&self) -> bool {
+        self.opts.absorb_overwrites && self.pad.is_some()
+    }
+
     /// Hand the held `User` segment, if any, to the writer: `Db::flush`
     /// promises every closed segment, and a writer waiting for space needs
     /// the band it pins (a band with a segment in DRAM is no GC victim).
     pub(crate) fn release_held(&self) -> Result<()> {
-        if !(self.opts.absorb_overwrites && self.pad.is_some()) {
+        if !self.absorbs() {
             return Ok(());
         }
         let mut ws = self.write_state.lock();
@@ -795,8 +801,7 @@ impl Engine {
     pub(super) fn flush_segments(&self, ws: &mut WriteState, durable_tail: bool) -> Result<()> {
         if !durable_tail {
             // Tiered: every record is on the pad; a segment is written once, whole.
-            let hold = self.opts.absorb_overwrites && self.pad.is_some();
-            return self.send_closed(ws, hold);
+            return self.send_closed(ws, self.absorbs());
         }
         // Without a pad a group commit is durable once its records are: first the
         // records of the segments it sealed and of the open segment, then one sync
