@@ -927,10 +927,7 @@ mod tests {
     #[test]
     fn only_a_lone_put_of_a_key_new_to_its_group_is_absorbed() {
         let (fast, cap) = (MemDevice::new(48 << 20), MemDevice::new(8 << 20));
-        let dev = |d: &MemDevice| DeviceSpec::Device(Arc::new(d.clone()) as Arc<dyn Device>);
-        let mut cfg = PoolConfig::tiered(dev(&fast), dev(&cap));
-        cfg.segment_size = Some(32 << 10);
-        cfg.band_size = Some(512 << 10);
+        let cfg = crate::engine::replay::tests::config(&fast, &cap);
         let db = Db::create(&cfg, opts()).expect("create");
         db.put(b"K", b"v1").expect("put");
         db.put(b"L", b"l1").expect("put");

@@ -223,7 +223,7 @@ pub(super) mod tests {
     use std::sync::Arc;
 
     /// A tiered pool on `fast` and `cap`: 32 KiB segments, 512 KiB bands.
-    fn config(fast: &MemDevice, cap: &MemDevice) -> PoolConfig {
+    pub(in crate::engine) fn config(fast: &MemDevice, cap: &MemDevice) -> PoolConfig {
         let dev = |d: &MemDevice| DeviceSpec::Device(Arc::new(d.clone()) as Arc<dyn Device>);
         let mut c = PoolConfig::tiered(dev(fast), dev(cap));
         c.segment_size = Some(32 << 10);
