@@ -36,6 +36,12 @@ pub struct StressArgs {
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
 
+    /// Hot keys per worker: one put in four rewrites one of them at the length it
+    /// already has, so tiered pools absorb the overwrite in DRAM (design.md §4.10)
+    /// and kills land among absorbed writes. 0: puts pick keys uniformly.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub hot_keys: u64,
+
     /// Single run: how long to run. With --crash-loop: stop starting new cycles after this
     /// long (a soak: e.g. --crash-loop --cycles 1000000 --duration 3600). Seconds.
     #[arg(long)]
@@ -328,6 +334,7 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
     let cfg = RunConfig {
         hang_timeout: Duration::from_secs_f64(a.hang_timeout.max(0.0)),
         threads: a.threads.max(1),
+        hot_keys: a.hot_keys,
         duration: Duration::from_secs_f64(a.duration.unwrap_or(10.0).max(0.0)),
         seed,
         ..RunConfig::default()
@@ -387,6 +394,7 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
                     .args(["--mode", mode_name])
                     .args(["--keys", &a.keys.to_string()])
                     .args(["--threads", &cfg.threads.to_string()])
+                    .args(["--hot-keys", &a.hot_keys.to_string()])
                     .args(["--hang-timeout", &a.hang_timeout.to_string()])
                     .args(["--seed", &s.to_string()]);
                 c.args(["--gc-separate", &a.gc_separate.to_string()]);
@@ -410,7 +418,7 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
         );
         bar.finish_and_clear();
         res.map(|r| serde_json::json!({ "seed": seed, "crash_loop": r }))
-            .map_err(|e| format!("{e}\nreplay: masse stress --crash-loop --cycles {cycles} --keys {} --threads {} --mode {} --seed {seed}{}", a.keys, cfg.threads, mode_name, if a.gc_separate { "" } else { " --gc-separate false" }))
+            .map_err(|e| format!("{e}\nreplay: masse stress --crash-loop --cycles {cycles} --keys {} --threads {} --hot-keys {} --mode {} --seed {seed}{}", a.keys, cfg.threads, a.hot_keys, mode_name, if a.gc_separate { "" } else { " --gc-separate false" }))
     } else {
         pool.remove();
         // A hang ends the process; the pool stays for inspection.
@@ -426,8 +434,8 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
             .map(|r| serde_json::json!({ "seed": seed, "run": r }))
             .map_err(|v| {
                 format!(
-                    "{v}\nreplay: masse stress --keys {} --threads {} --mode {} --seed {seed}",
-                    a.keys, cfg.threads, mode_name
+                    "{v}\nreplay: masse stress --keys {} --threads {} --hot-keys {} --mode {} --seed {seed}",
+                    a.keys, cfg.threads, a.hot_keys, mode_name
                 )
             })
     };

@@ -215,6 +215,9 @@ pub struct LoopReport {
     pub acked_ops: u64,
     /// Key checks done by all verifications (from the oracle).
     pub keys_verified: u64,
+    /// Overwrites the engine absorbed in DRAM over all children (from the
+    /// oracle; tiered pools with `RunConfig::hot_keys`).
+    pub absorbed_writes: u64,
     /// Wall time.
     pub seconds: f64,
 }
@@ -355,6 +358,7 @@ pub fn crash_loop(
     if let Ok(o) = Oracle::open(&pool.oracle_path()) {
         rep.acked_ops = o.acked_ops().load(std::sync::atomic::Ordering::SeqCst);
         rep.keys_verified = o.verified().load(std::sync::atomic::Ordering::SeqCst);
+        rep.absorbed_writes = o.absorbed().load(std::sync::atomic::Ordering::SeqCst);
     }
     rep.seconds = t0.elapsed().as_secs_f64();
     Ok(rep)

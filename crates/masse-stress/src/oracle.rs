@@ -77,6 +77,7 @@ const H_ACT: usize = 28; // u32
 const H_ACKED_OPS: usize = 32;
 const H_RUNS: usize = 40;
 const H_VERIFIED: usize = 48;
+const H_ABSORBED: usize = 56;
 
 impl Oracle {
     /// A new oracle for `nkeys` keys in the file at `path` (created or truncated).
@@ -198,6 +199,11 @@ impl Oracle {
     /// Key checks done by verifications over all runs.
     pub fn verified(&self) -> &AtomicU64 {
         self.u64_at(H_VERIFIED)
+    }
+    /// Overwrites the engine absorbed in DRAM over all runs (`Stats::absorbed_writes`,
+    /// mirrored while a run works): shows that the kill loop exercised them.
+    pub fn absorbed(&self) -> &AtomicU64 {
+        self.u64_at(H_ABSORBED)
     }
     /// Flushes the map to its file (not needed to survive a kill; for tidiness).
     pub fn flush(&self) -> io::Result<()> {

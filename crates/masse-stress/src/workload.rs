@@ -8,7 +8,7 @@
 //! A process killed in between leaves the write "in flight": after reopening,
 //! the key must hold either the acked or the in-flight version, wholly.
 
-use crate::gen::{is_some_version, key, parse_key, value};
+use crate::gen::{is_some_version, key, parse_key, steady, value};
 use crate::oracle::{Oracle, ACT_CKPT, ACT_GC, NONE};
 use crate::watchdog::{HangHook, HangReport, Watch};
 use masse::{Db, Error, WriteBatch};
@@ -54,6 +54,11 @@ pub struct RunConfig {
     pub checkpoint_every: Duration,
     /// Percent of operations that are writes (put, delete, batch).
     pub write_percent: u64,
+    /// Hot keys per worker: one put in four goes to one of the worker's first
+    /// `hot_keys` [`steady`](crate::gen::steady) keys, so the same key is
+    /// written again at the same length while its record is still in DRAM
+    /// and the engine absorbs the overwrite (design.md §4.10). 0: none.
+    pub hot_keys: u64,
     /// In fault-injection runs, I/O and corruption errors end a worker quietly
     /// instead of failing the run.
     pub tolerate_errors: bool,
@@ -75,6 +80,7 @@ impl Default for RunConfig {
             seed: 1,
             checkpoint_every: Duration::from_millis(100),
             write_percent: 60,
+            hot_keys: 4,
             tolerate_errors: false,
             hang_timeout: Duration::from_secs(60),
             on_hang: None,
@@ -149,15 +155,7 @@ pub fn run(
         }
         // Mirror what the engine is doing into the oracle header, so a parent that
         // kills this process can tell what the kill interrupted.
-        s.spawn(|| {
-            while !done.load(SeqCst) {
-                let a = db.activity();
-                o.set_activity(
-                    if a.gc { ACT_GC } else { 0 } | if a.checkpoint { ACT_CKPT } else { 0 },
-                );
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        });
+        s.spawn(|| mirror(db, o, &done));
         if !cfg.checkpoint_every.is_zero() {
             s.spawn(|| {
                 while !done.load(SeqCst) {
@@ -234,6 +232,27 @@ pub fn run(
     })
 }
 
+/// Mirrors what the engine is doing into the oracle header until the run
+/// ends: the activity bits every millisecond, and the overwrites absorbed in
+/// DRAM every 100 ms (an engine counter of this open, added as it grows).
+fn mirror(db: &Db, o: &Oracle, done: &AtomicBool) {
+    let mut absorbed = db.stats().absorbed_writes;
+    let mut tick = 0u32;
+    while !done.load(SeqCst) {
+        let a = db.activity();
+        o.set_activity(if a.gc { ACT_GC } else { 0 } | if a.checkpoint { ACT_CKPT } else { 0 });
+        tick += 1;
+        if tick % 100 == 0 {
+            let now = db.stats().absorbed_writes;
+            o.absorbed().fetch_add(now.saturating_sub(absorbed), SeqCst);
+            absorbed = now;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let now = db.stats().absorbed_writes;
+    o.absorbed().fetch_add(now.saturating_sub(absorbed), SeqCst);
+}
+
 /// Watches the workers' operations until the run ends; on a hang, reports
 /// and either calls the hook (and ends the run) or exits the process.
 fn watchdog(
@@ -308,6 +327,16 @@ fn worker(
     }
     let mut rng = Rng::new(cfg.seed.wrapping_mul(1000).wrapping_add(t as u64));
     let own = |rng: &mut Rng| t as u64 + threads * rng.below(mine);
+    let hot: Vec<u64> = (0..mine)
+        .map(|j| t as u64 + threads * j)
+        .filter(|&i| steady(i))
+        .take(cfg.hot_keys as usize)
+        .collect();
+    // A put's key: now and then a hot one (see `RunConfig::hot_keys`).
+    let put_key = |rng: &mut Rng| match hot.len() as u64 {
+        n if n > 0 && rng.below(4) == 0 => hot[rng.below(n) as usize],
+        _ => own(rng),
+    };
     let batch_id = t as u32 + 1;
     loop {
         if stop.load(SeqCst) || done.load(SeqCst) || Instant::now() >= deadline {
@@ -321,7 +350,7 @@ fn worker(
             let kind = rng.below(10);
             if kind < 7 {
                 // put
-                let i = own(&mut rng);
+                let i = put_key(&mut rng);
                 let v = o.max_ver(i).load(SeqCst) + 1;
                 o.max_ver(i).store(v, SeqCst);
                 o.pending(i).store(v, SeqCst);
