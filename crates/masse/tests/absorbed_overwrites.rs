@@ -121,6 +121,44 @@ fn the_segment_closed_last_absorbs_until_the_next_one_closes() {
     db.close().expect("close");
 }
 
+/// Under a trickle of writes the held segment does not wait for the next one
+/// to fill: after a second it goes to the writer, so its records do not stay
+/// on the pad only.
+#[test]
+fn the_held_segment_is_written_after_a_second() {
+    let p = MemPool::tiered(64 << 20, 64 << 20).with_geometry(32 << 10, 512 << 10);
+    let db = Db::create(&p.config(), opts()).expect("create");
+    let before = db.stats().segments_written;
+    for i in 0..41 {
+        put(&db, i, 0, 1000); // the first segment closes and is held
+    }
+    let t0 = std::time::Instant::now();
+    assert_eq!(
+        db.stats().segments_written,
+        before,
+        "the closed segment is held"
+    );
+    while db.stats().segments_written == before && t0.elapsed().as_secs() < 10 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(
+        db.stats().segments_written - before,
+        1,
+        "the held segment was never written"
+    );
+    assert!(
+        t0.elapsed().as_millis() >= 900,
+        "written after {:?}",
+        t0.elapsed()
+    );
+    put(&db, 0, 1, 1000); // its segment is written: appended
+    put(&db, 40, 1, 1000); // in the open one: absorbed
+    assert_eq!(absorbed(&db), 1);
+    expect(&db, 0, 1, 1000);
+    clean(&db);
+    db.close().expect("close");
+}
+
 /// Hot keys overwritten many times reach the capacity tier about once per
 /// segment each; without absorption every write does.
 #[test]

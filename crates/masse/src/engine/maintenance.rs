@@ -4,7 +4,9 @@
 //! It wakes every 20 ms. GC pace follows the write rate: it keeps running
 //! passes (at most 64 per tick) while the free bands are below the low
 //! watermark. A checkpoint is written once `checkpoint_interval` bytes have
-//! reached the capacity tier since the last one.
+//! reached the capacity tier since the last one. It also bounds how long
+//! records stay on the pad only: an idle `Gc` segment is sealed, and a held
+//! `User` segment is sent to the writer after a second.
 
 use super::gc::{gc_pass, low_watermark, GcOutcome, Pass};
 use super::state::Engine;
@@ -17,6 +19,7 @@ use std::time::{Duration, Instant};
 pub(crate) fn run(e: Arc<Engine>) {
     lower_priority();
     let mut moved = (0, None);
+    let mut held = None;
     while wait_tick(&e) {
         if e.check_failed().is_err() {
             continue;
@@ -25,6 +28,7 @@ pub(crate) fn run(e: Arc<Engine>) {
             collect(&e);
         }
         seal_when_idle(&e, &mut moved);
+        release_old_held(&e, &mut held);
         let iv = e.opts.checkpoint_interval;
         if iv > 0 && e.bytes_since_ckpt.load(Relaxed) >= iv {
             if let Err(err) = super::checkpoint::checkpoint(&e) {
@@ -112,3 +116,33 @@ fn seal_when_idle(e: &Engine, moved: &mut (u64, Option<Instant>)) {
 
 /// How long GC rests before the GC stream's open segment is sealed.
 const GC_IDLE: Duration = Duration::from_secs(1);
+
+/// Absorbed overwrites: the held `User` segment (design.md §4.10) goes to
+/// the writer once it has been held for `HELD_MAX`. Under load the next
+/// segment closes within milliseconds and sends it anyway; under a trickle
+/// of writes it would otherwise keep its records on the pad only, where
+/// damage to the newest pad batch loses them unreported (§11), until the
+/// next segment fills. `seen`: the held segment's seq and when it was first
+/// seen held.
+fn release_old_held(e: &Engine, seen: &mut Option<(u64, Instant)>) {
+    let now = e.write_state.lock().held.as_ref().map(|o| o.buf.seq);
+    match (now, *seen) {
+        (None, _) => *seen = None,
+        (Some(seq), Some((was, since))) if seq == was => {
+            if since.elapsed() >= HELD_MAX {
+                *seen = None;
+                // A segment held since the look above goes too: it only
+                // absorbs less.
+                if let Err(err) = e.release_held() {
+                    if !e.stopping() {
+                        e.fail(format!("writing the held segment failed: {err}"));
+                    }
+                }
+            }
+        }
+        (Some(seq), _) => *seen = Some((seq, Instant::now())),
+    }
+}
+
+/// How long the held segment may stay in DRAM.
+const HELD_MAX: Duration = Duration::from_secs(1);
