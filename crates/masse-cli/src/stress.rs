@@ -288,6 +288,7 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
             rounds: a.rounds,
             seed,
             threads: a.threads.clamp(1, 8),
+            hot_keys: a.hot_keys,
             ..FaultConfig::default()
         };
         let bar = progress_bar(a.rounds, "fault rounds");
@@ -302,8 +303,8 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
             }
             Err(v) => Err(CliError::with_code(
                 format!(
-                    "{v}\nreplay: masse stress --faults --rounds {} --seed {seed}",
-                    a.rounds
+                    "{v}\nreplay: masse stress --faults --rounds {} --threads {} --hot-keys {} --seed {seed}",
+                    a.rounds, cfg.threads, a.hot_keys
                 ),
                 EXIT_STRESS_FAILED,
             )),

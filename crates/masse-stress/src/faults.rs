@@ -44,6 +44,8 @@ pub struct FaultConfig {
     pub threads: usize,
     /// Operations before the fault is armed.
     pub warmup_ops: u64,
+    /// Hot keys per worker (`RunConfig::hot_keys`).
+    pub hot_keys: u64,
 }
 
 impl Default for FaultConfig {
@@ -54,6 +56,7 @@ impl Default for FaultConfig {
             nkeys: 3000,
             threads: 3,
             warmup_ops: 4000,
+            hot_keys: RunConfig::default().hot_keys,
         }
     }
 }
@@ -171,6 +174,7 @@ fn round_once(
         seed,
         checkpoint_every: Duration::from_millis(50),
         write_percent: 70,
+        hot_keys: cfg.hot_keys,
         tolerate_errors: false,
         ..RunConfig::default()
     };

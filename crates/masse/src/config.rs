@@ -268,6 +268,13 @@ pub struct Options {
     /// capacity-only and scm-only pools (scm-only has its own in-place
     /// updates, §4.9).
     pub absorb_overwrites: bool,
+    /// With `absorb_overwrites`: how long the held segment (the `User`
+    /// segment closed last) may wait in DRAM for the next one to close
+    /// before the maintenance thread sends it to the writer. Until then its
+    /// records are on the pad only. Default 1 s: under load the next segment
+    /// closes within milliseconds; a trickle of writes absorbs less, not
+    /// nothing (the open segment still absorbs).
+    pub absorb_hold: std::time::Duration,
     /// Largest group-commit batch in bytes.
     pub max_batch_bytes: usize,
     /// How long a writer waiting for another's group commit may spin (2 µs
@@ -344,6 +351,7 @@ impl Default for Options {
             cold_user_writes: true,
             cold_age_bands: 0,
             absorb_overwrites: true,
+            absorb_hold: std::time::Duration::from_secs(1),
             max_batch_bytes: 1 << 20,
             commit_spin: std::time::Duration::from_micros(50),
             writer_inflight_bytes: 0,

@@ -778,7 +778,7 @@ impl Engine {
 
     /// Whether overwrites are absorbed in DRAM segments, and the `User`
     /// segment closed last is held for them (tiered, `absorb_overwrites`).
-    fn absorbs(&self) -> bool {
+    pub(super) fn absorbs(&self) -> bool {
         self.opts.absorb_overwrites && self.pad.is_some()
     }
 

@@ -118,18 +118,21 @@ fn seal_when_idle(e: &Engine, moved: &mut (u64, Option<Instant>)) {
 const GC_IDLE: Duration = Duration::from_secs(1);
 
 /// Absorbed overwrites: the held `User` segment (design.md §4.10) goes to
-/// the writer once it has been held for `HELD_MAX`. Under load the next
+/// the writer once it has been held for `Options::absorb_hold`. Under load the next
 /// segment closes within milliseconds and sends it anyway; under a trickle
 /// of writes it would otherwise keep its records on the pad only, where
 /// damage to the newest pad batch loses them unreported (§11), until the
 /// next segment fills. `seen`: the held segment's seq and when it was first
 /// seen held.
 fn release_old_held(e: &Engine, seen: &mut Option<(u64, Instant)>) {
+    if !e.absorbs() {
+        return; // nothing is ever held: leave the write state alone
+    }
     let now = e.write_state.lock().held.as_ref().map(|o| o.buf.seq);
     match (now, *seen) {
         (None, _) => *seen = None,
         (Some(seq), Some((was, since))) if seq == was => {
-            if since.elapsed() >= HELD_MAX {
+            if since.elapsed() >= e.opts.absorb_hold {
                 *seen = None;
                 // A segment held since the look above goes too: it only
                 // absorbs less.
@@ -143,6 +146,3 @@ fn release_old_held(e: &Engine, seen: &mut Option<(u64, Instant)>) {
         (Some(seq), _) => *seen = Some((seq, Instant::now())),
     }
 }
-
-/// How long the held segment may stay in DRAM.
-const HELD_MAX: Duration = Duration::from_secs(1);
