@@ -389,12 +389,13 @@ impl Stats {
         );
         let _ = writeln!(
             s,
-            "write pad            {:.1} of {:.1} MiB in use; {:.1} MiB written in {} group commits ({} records)",
+            "write pad            {:.1} of {:.1} MiB in use; {:.1} MiB written in {} group commits ({} records); {} segments sealed early (pad full)",
             mib(self.pad_used),
             mib(self.pad_size),
             mib(self.pad_bytes_written),
             self.commit_groups,
-            self.commit_records
+            self.commit_records,
+            self.forced_seals
         );
     }
 

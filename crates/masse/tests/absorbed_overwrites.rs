@@ -297,3 +297,40 @@ fn readers_never_see_a_torn_absorbed_overwrite() {
     clean(&db);
     db.close().expect("close");
 }
+
+/// The held segment keeps its batches on the pad, so with small records on
+/// the smallest pad (32 MiB: one 4 KiB batch per lone put) the pad fills
+/// before the open segment does. The held segment, full, then goes to the
+/// writer first; only if that frees nothing would the open one be cut short.
+#[test]
+fn a_full_pad_sends_the_held_segment_before_cutting_the_open_one_short() {
+    let p = MemPool::tiered(96 << 20, 256 << 20).with_geometry(256 << 10, 4 << 20);
+    let mut cfg = p.config();
+    cfg.pad_size = Some(32 << 20);
+    let o = Options {
+        absorb_hold: Duration::from_secs(3600),
+        ..opts()
+    };
+    let db = Db::create(&cfg, o.clone()).expect("create");
+    // Records of 8-byte keys and values take about 40 bytes of a 256 KiB
+    // segment: some 6,000 lone puts, 24 MiB of pad, fill one.
+    let n = 20_000;
+    for i in 0..n {
+        put(&db, i, 0, 8);
+    }
+    let s = db.stats();
+    assert!(
+        s.segments_written >= 2,
+        "{} segments written",
+        s.segments_written
+    );
+    assert_eq!(s.forced_seals, 0, "segments were cut short for pad room");
+    drop(db);
+    p.power_cut();
+    let db = Db::open(&cfg, o).expect("recover");
+    for i in 0..n {
+        expect(&db, i, 0, 8);
+    }
+    clean(&db);
+    db.close().expect("close");
+}

@@ -442,13 +442,19 @@ impl Engine {
 
     /// Reserve pad room for a group of `len` bytes. When only the open segment
     /// holds the full pad, nothing else is on its way to the capacity tier to
-    /// free space: seal it early rather than wait forever.
+    /// free space: seal it early rather than wait forever. A held segment
+    /// (§4.10) goes first: it is full, so writing it frees its batches
+    /// without cutting a segment short, and the reservation then waits for
+    /// the writer like any other.
     fn reserve_pad(&self, p: &PadRing, ws: &mut WriteState, len: usize) -> Result<u64> {
         self.seal_idle_gc_segment(p, ws)?;
         loop {
             let open: Vec<u64> = ws.unsent_with_records().map(|o| o.buf.seq).collect();
             match p.reserve(len, self.tag, &open, &|| self.check_failed())? {
                 Reserved::At(v) => return Ok(v),
+                Reserved::HeldByOpenSegment if ws.held.is_some() => {
+                    self.send_closed(ws, false)?;
+                }
                 Reserved::HeldByOpenSegment => {
                     for s in [Stream::User, Stream::Gc] {
                         if ws.close_stream(s) {
