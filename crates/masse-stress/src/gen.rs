@@ -53,7 +53,7 @@ pub fn parse_key(k: &[u8], nkeys: u64) -> Option<u64> {
 /// the open segment only at the same length, design.md §4.10); every other
 /// key changes length from version to version, which almost never allows it.
 pub fn steady(i: u64) -> bool {
-    mix(i, 5) % 8 == 0
+    mix(i, 5).is_multiple_of(8)
 }
 
 /// Length of version `ver` of key `i`'s value: mostly 16–315 bytes, 2 % empty,
