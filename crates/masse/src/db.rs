@@ -335,8 +335,10 @@ impl Db {
         }
     }
 
-    /// Wait until every segment sealed so far is on the capacity tier.
-    /// (Acknowledged writes are already durable; this only drains the writer.)
+    /// Wait until every segment closed so far is on the capacity tier,
+    /// the one held for absorbed overwrites (design.md §4.10) included.
+    /// (Acknowledged writes are already durable; this only sends the held
+    /// segment and drains the writer.)
     pub fn flush(&self) -> Result<()> {
         self.engine.check_failed()?;
         self.engine.release_held()?;
