@@ -198,10 +198,11 @@ pub struct GeometryArgs {
     #[arg(long, value_enum, help_heading = "Pool geometry (when formatting)")]
     pub capacity_media: Option<MediaArg>,
 
-    /// On-disk format version to create: 3 (default; records about 25 % smaller on
-    /// small values) or 2, the format builds before version 3 write, for a pool that
-    /// an older masse must still open. Pools of either version open with this build.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=3), help_heading = "Pool geometry (when formatting)")]
+    /// On-disk format version to create: 4 (default); 3, the same records with seq
+    /// numbers stored less compactly after GC moves, for a pool that a build before
+    /// version 4 must still open; or 2, the larger record format of builds before
+    /// version 3. Pools of every version open with this build.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=4), help_heading = "Pool geometry (when formatting)")]
     pub format_version: Option<u32>,
 }
 

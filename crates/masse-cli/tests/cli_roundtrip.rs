@@ -100,7 +100,7 @@ fn roundtrip_and_refusals() {
     let text = String::from_utf8_lossy(&o.stdout);
     for want in [
         "tiered",
-        "format version     3",
+        "format version     4",
         "segment size",
         "band size",
         "write pad",
@@ -183,7 +183,7 @@ fn roundtrip_and_refusals() {
     ok(&o);
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stats --json is JSON");
     assert_eq!(j["mode"], "tiered");
-    assert_eq!(j["format_version"], 3, "create makes format 3 pools");
+    assert_eq!(j["format_version"], 4, "create makes format 4 pools");
     assert_eq!(j["puts"], 0, "a fresh open has made no puts");
     assert!(j["recovery_source"].is_string());
     assert!(j["devices"].as_array().is_some_and(|d| d.len() == 2));
@@ -191,7 +191,7 @@ fn roundtrip_and_refusals() {
     ok(&o);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("host write amplification"));
-    assert!(text.contains("format version       3"), "{text}");
+    assert!(text.contains("format version       4"), "{text}");
 
     // check: consistent; --json carries the live key count (alpha, 00ff7f, gamma)
     ok(&masse(&["check"], Some(&pool)));

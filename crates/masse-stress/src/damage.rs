@@ -156,18 +156,19 @@ fn read(img: &Image, dev: u8, off: u64, len: usize) -> Vec<u8> {
 }
 
 /// Keys of the records a segment span holds (version 2: records carry their
-/// segment's tag; version 3: its block marks do).
+/// segment's tag; versions 3 and 4: its block marks do).
 fn segment_keys(codec: Codec, span: &[u8], seq: u64, bound: u64) -> BTreeSet<u32> {
     let tag = seg_tag(seq);
     let mut keys = BTreeSet::new();
-    if codec == Codec::V3 {
+    if codec.v3_records() {
         let found = std::cell::RefCell::new(BTreeSet::new());
-        let (_, _) = v3seg::parse_v3_records(span, tag, usize::MAX, &|k| {
+        let digest = |k: &[u8]| {
             if let Some(i) = parse_key(k, bound) {
                 found.borrow_mut().insert(i as u32);
             }
             0
-        });
+        };
+        let (_, _) = v3seg::parse_v3_records(span, tag, usize::MAX, &digest, codec.seq_rule());
         return found.into_inner();
     }
     let mut o = SEG_HEADER;
@@ -194,7 +195,7 @@ fn batch_keys(codec: Codec, payload: &[u8], bound: u64) -> BTreeSet<u32> {
         }
         o += match codec {
             Codec::V2 => r.len.div_ceil(8) * 8,
-            Codec::V3 => r.len,
+            Codec::V3 | Codec::V4 => r.len,
         };
     }
     keys
@@ -238,7 +239,7 @@ fn summary_of(codec: Codec, span: &[u8], seq: u64) -> Option<(u32, u64)> {
         Codec::V2 => decode_footer(span)
             .filter(|f| f.segment_seq == seq)
             .map(|f| (f.nrec, f.nrec as u64 * SUMMARY_ENTRY as u64)),
-        Codec::V3 => v3::decode_v3_tail(span)
+        Codec::V3 | Codec::V4 => v3::decode_v3_tail(span, codec.seq_rule())
             .ok()
             .filter(|(f, _)| f.segment_seq == seq)
             .map(|(f, _)| (f.nrec, f.sum_len as u64)),

@@ -32,26 +32,12 @@ pub fn segment(data: &[u8]) {
     let _ = SegmentHeader::decode(data);
 }
 
-/// A version-3 segment (not yet written by the engine): its tail (footer,
-/// summary with derived offsets), and the record codec on the same bytes.
+/// A version-3 or -4 segment: its tail (footer, summary with derived
+/// offsets), and the record codec on the same bytes, with both seq rules.
 pub fn segment_v3(data: &[u8]) {
     use masse::format::v3::*;
-    if let Ok((f, entries)) = decode_v3_tail(data) {
-        assert_eq!(entries.len(), f.nrec as usize);
-    }
-    // The summary decoder on its own, since fuzzed bytes rarely pass the
-    // tail's checksum: `nrec` and `data_len` from the first 8 bytes.
-    if let (Some(n), Some(d), Some(sum)) = (data.get(0..4), data.get(4..8), data.get(8..)) {
-        let nrec = u32::from_le_bytes([n[0], n[1], n[2], n[3]]) % 4096;
-        let data_len = u32::from_le_bytes([d[0], d[1], d[2], d[3]]);
-        if let Ok(entries) = decode_v3_summary(sum, nrec, data_len) {
-            // Accepted summaries are canonical: they encode back to themselves.
-            let (mut again, mut expect) = (Vec::new(), 0u64);
-            for e in &entries {
-                encode_v3_entry(&mut again, e, &mut expect);
-            }
-            assert_eq!(again, sum, "a decoded summary re-encodes to the same bytes");
-        }
+    for rule in [SeqRule::Max, SeqRule::Follow] {
+        segment_tail(data, rule);
     }
     for at in [0, 8] {
         if let Ok(r) = decode_v3_record(data.get(at..).unwrap_or_default()) {
@@ -62,9 +48,34 @@ pub fn segment_v3(data: &[u8]) {
     // segment), with the tag the bytes at 68 claim so marks can match.
     if let Some(t) = data.get(68..72) {
         let tag = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
-        let (es, end) = masse::format::v3seg::parse_v3_records(data, tag, usize::MAX, &|_| 0);
-        assert!(end <= data.len());
-        assert!(es.windows(2).all(|w| w[0].offset + w[0].len <= w[1].offset));
+        for rule in [SeqRule::Max, SeqRule::Follow] {
+            let parse = masse::format::v3seg::parse_v3_records;
+            let (es, end) = parse(data, tag, usize::MAX, &|_| 0, rule);
+            assert!(end <= data.len());
+            assert!(es.windows(2).all(|w| w[0].offset + w[0].len <= w[1].offset));
+        }
+    }
+}
+
+/// `segment_v3`'s tail and summary decoding with seq rule `rule`.
+fn segment_tail(data: &[u8], rule: masse::format::v3::SeqRule) {
+    use masse::format::v3::*;
+    if let Ok((f, entries)) = decode_v3_tail(data, rule) {
+        assert_eq!(entries.len(), f.nrec as usize);
+    }
+    // The summary decoder on its own, since fuzzed bytes rarely pass the
+    // tail's checksum: `nrec` and `data_len` from the first 8 bytes.
+    if let (Some(n), Some(d), Some(sum)) = (data.get(0..4), data.get(4..8), data.get(8..)) {
+        let nrec = u32::from_le_bytes([n[0], n[1], n[2], n[3]]) % 4096;
+        let data_len = u32::from_le_bytes([d[0], d[1], d[2], d[3]]);
+        if let Ok(entries) = decode_v3_summary(sum, nrec, data_len, rule) {
+            // Accepted summaries are canonical: they encode back to themselves.
+            let (mut again, mut expect) = (Vec::new(), 0u64);
+            for e in &entries {
+                encode_v3_entry(&mut again, e, &mut expect, rule);
+            }
+            assert_eq!(again, sum, "a decoded summary re-encodes to the same bytes");
+        }
     }
 }
 
@@ -339,13 +350,14 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     out
 }
 
-/// A 32 KiB version-3 segment (a mark, then records of growing values, some
+/// A 32 KiB version-4 segment (a mark, then records of growing values, some
 /// straddling a block, their summary and footer), and the same summary as
 /// `segment_v3` reads it on its own (`nrec`, `data_len`, summary).
 fn v3_seed() -> (Vec<u8>, Vec<u8>) {
     use masse::format::v3::*;
     let (mut data, mut sum) = (vec![0u8; SEG_HEADER], Vec::new());
-    let (mut cur, mut expect) = (masse::format::v3seg::V3Cursor::default(), 0u64);
+    let rule = SeqRule::Follow;
+    let (mut cur, mut expect) = (masse::format::v3seg::V3Cursor::new(rule), 0u64);
     for i in 0..20u64 {
         let value = vec![i as u8; (i * 97) as usize];
         let s = cur.slot(V3_HEADER + 3 + value.len(), 100 + i, i % 5 == 1, false);
@@ -355,12 +367,18 @@ fn v3_seed() -> (Vec<u8>, Vec<u8>) {
         }
         data.resize(s.spot.record, 0);
         encode_v3_record(&mut data, false, b"key", &value, s.trailer);
-        encode_v3_entry(&mut sum, &s.entry(i as u128, 100 + i, false), &mut expect);
+        encode_v3_entry(
+            &mut sum,
+            &s.entry(i as u128, 100 + i, false),
+            &mut expect,
+            rule,
+        );
         cur.advance(&s, 100 + i);
     }
     let mut seg = vec![0u8; 32 << 10];
     seg[..data.len()].copy_from_slice(&data);
     let f = V3Footer {
+        rule,
         segment_seq: 1,
         pool_tag: 2,
         nrec: 20,
@@ -372,7 +390,7 @@ fn v3_seed() -> (Vec<u8>, Vec<u8>) {
     };
     encode_v3_tail(&mut seg, &sum, &f);
     assert!(
-        decode_v3_tail(&seg).is_ok(),
+        decode_v3_tail(&seg, rule).is_ok(),
         "the v3 seed is a valid segment"
     );
     let mut direct = 20u32.to_le_bytes().to_vec();

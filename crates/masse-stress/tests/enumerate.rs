@@ -62,7 +62,7 @@ fn batches_across_segment_boundaries() {
     enumerate("batch-segments", |_| {});
 }
 
-/// Format 3's block marks at boundaries, skips, straddlers, a reopen in
+/// Block marks (format 3 and 4) at boundaries, skips, straddlers, a reopen in
 /// mid-segment.
 #[test]
 fn block_marks_at_4k_boundaries() {
@@ -76,6 +76,18 @@ fn block_marks_at_4k_boundaries() {
 fn version_2_pools_batches_bands_and_seals() {
     for name in ["batch-segments", "batch-band-gc", "seal"] {
         enumerate(name, |c| c.format = Some(2));
+    }
+}
+
+/// Pools of format version 3 keep writing it (its seq chains keep the
+/// largest seq seen; version 4's follow each record): the scenarios whose
+/// segments mix seqs out of order (block marks and moves, GC moves in their
+/// own band with cold user writes, a batch across a band boundary and GC of
+/// its end), on it.
+#[test]
+fn version_3_pools_marks_moves_and_gc() {
+    for name in ["marks", "cold-writes", "batch-band-gc"] {
+        enumerate(name, |c| c.format = Some(3));
     }
 }
 

@@ -114,9 +114,10 @@ pub struct PoolConfig {
     pub capacity_media: Option<Media>,
     /// I/O mechanism overrides.
     pub io: IoChoice,
-    /// Format version to create (default: the newest, 3). Version 2 writes
-    /// the older, larger record format, for pools an older build must still
-    /// open; `open` always uses the pool's own version.
+    /// Format version to create (default: the newest, 4). Versions 3 and 2
+    /// write older formats (version 3 stores seqs less compactly after GC
+    /// moves; version 2 has the larger record), for pools an older build
+    /// must still open; `open` always uses the pool's own version.
     pub format_version: Option<u32>,
 }
 

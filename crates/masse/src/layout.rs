@@ -147,7 +147,7 @@ impl Layout {
         let seg = self.seg as usize;
         let need = match self.codec {
             Codec::V2 => SEG_HEADER + round_up(len, 8) + SUMMARY_ENTRY + SEG_FOOTER,
-            Codec::V3 => SEG_HEADER + MARK_LEN + len + V3_MAX_ENTRY + V3_FOOTER,
+            Codec::V3 | Codec::V4 => SEG_HEADER + MARK_LEN + len + V3_MAX_ENTRY + V3_FOOTER,
         };
         (need > seg).then(|| need.div_ceil(seg) as u64)
     }
@@ -157,7 +157,7 @@ impl Layout {
     pub fn slots_of_end(&self, end: usize) -> u64 {
         let first = match self.codec {
             Codec::V2 => SEG_HEADER,
-            Codec::V3 => SEG_HEADER + MARK_LEN,
+            Codec::V3 | Codec::V4 => SEG_HEADER + MARK_LEN,
         };
         self.own_slots(end.saturating_sub(first)).unwrap_or(1)
     }
@@ -185,7 +185,7 @@ impl Layout {
                 let room = self.seg as usize - SEG_HEADER - SEG_FOOTER;
                 let per_seg = match self.codec {
                     Codec::V2 => room / (len8 + SUMMARY_ENTRY),
-                    Codec::V3 => self.v3_records_per_segment(len8),
+                    Codec::V3 | Codec::V4 => self.v3_records_per_segment(len8),
                 };
                 self.seg / per_seg.max(1) as u64
             }
@@ -202,7 +202,7 @@ impl Layout {
         if known > 0 {
             return known as usize;
         }
-        let (mut c, seg) = (V3Cursor::default(), self.seg as usize);
+        let (mut c, seg) = (V3Cursor::new(self.codec.seq_rule()), self.seg as usize);
         loop {
             let seq = 1 + c.nrec as u64;
             let s = c.slot(len.max(V3_HEADER + 1), seq, false, false);
@@ -227,9 +227,9 @@ impl Layout {
     pub fn straddle_pad(&self, len8: usize) -> u64 {
         const WINDOW: usize = 32 << 10;
         let len8 = len8.max(8);
-        if self.codec == Codec::V3 {
+        if self.codec.v3_records() {
             // Marks and skip gaps, with consecutive seqs (no trailers).
-            let mut c = V3Cursor::default();
+            let mut c = V3Cursor::new(self.codec.seq_rule());
             let mut pad = 0u64;
             while c.end < SEG_HEADER + WINDOW && c.nrec < 512 {
                 let s = c.slot(len8, 1 + c.nrec as u64, false, false);
@@ -306,7 +306,7 @@ impl Cursor {
     /// trailer and summary entry, in the room a segment keeps whatever its
     /// marks and skips cost), which is what admission needs.
     pub fn place(&mut self, l: &Layout, len: usize) {
-        let v3 = l.codec == Codec::V3;
+        let v3 = l.codec.v3_records();
         let alone = if v3 { len + V3_MAX_TRAILER } else { len };
         if let Some(k) = l.own_slots(alone) {
             self.open = None;

@@ -239,7 +239,7 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
     let version = cfg.format_version.unwrap_or(FORMAT_VERSION);
     if !(2..=FORMAT_VERSION).contains(&version) {
         return Err(Error::InvalidConfig(format!(
-            "format version {version} cannot be created (this build creates 2 and {FORMAT_VERSION})"
+            "format version {version} cannot be created (this build creates 2 to {FORMAT_VERSION})"
         )));
     }
     let pool = Pool {

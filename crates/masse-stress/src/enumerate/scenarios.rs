@@ -108,7 +108,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "marks",
-            about: "format 3's block marks: records ending on 4 KiB boundaries, skips, straddlers, batches split by a mark, a reopen mid-segment",
+            about: "block marks (formats 3 and 4): records ending on 4 KiB boundaries, skips, straddlers, batches split by a mark, a reopen mid-segment",
             modes: ALL,
             setup: Setup::small,
             script: marks,

@@ -148,7 +148,7 @@ pub(crate) fn seqs_agree(
             .map(|se| seq_of(se).unwrap_or(true))
             .collect();
     }
-    let (tag, mut c) = (seg_tag(seq), v3seg::V3Cursor::default());
+    let (tag, mut c) = (seg_tag(seq), v3seg::V3Cursor::new(codec.seq_rule()));
     let mut out = Vec::with_capacity(entries.len());
     for se in entries {
         let here = v3::spot(c.end, c.open_block, false);

@@ -583,7 +583,9 @@ impl Engine {
                 payload.extend_from_slice(placed);
                 payload.resize(round_up(payload.len(), 8), 0);
             }
-            Codec::V3 => v3::encode_v3_record(payload, p.tombstone, p.key(), p.value(), None),
+            Codec::V3 | Codec::V4 => {
+                v3::encode_v3_record(payload, p.tombstone, p.key(), p.value(), None)
+            }
         }
     }
 
@@ -613,7 +615,7 @@ impl Engine {
                 let b = Codec::encode_v2(seg_tag(buf.seq), seq, flags, p.key(), p.value());
                 (buf, off, None, b, used_up)
             }
-            Codec::V3 => {
+            Codec::V3 | Codec::V4 => {
                 let (buf, s, used_up) =
                     self.place_v3(ws, (base, seq, more, p.tombstone), new_segs)?;
                 let b = Codec::encode_v3(p.tombstone, p.key(), p.value(), s.trailer);
@@ -1228,7 +1230,7 @@ mod tests {
         db.close().expect("close");
     }
 
-    /// Version 3: the cursor cannot follow marks, skips and trailers exactly,
+    /// Versions 3 and 4: the cursor cannot follow marks, skips and trailers exactly,
     /// so it must never end before placement does. Batches of records of
     /// every kind of size, each admitted from the engine's admission cursor
     /// as `select` does, must end no further on than the cursor said.
@@ -1237,7 +1239,7 @@ mod tests {
         let dev = MemDevice::new(64 << 20);
         let db = Db::create(&pool(&dev), opts()).expect("create");
         let inner = &db.engine;
-        assert_eq!(inner.layout.codec, Codec::V3);
+        assert_eq!(inner.layout.codec, Codec::V4);
         let spb = inner.layout.slots_per_band;
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = || {
@@ -1261,7 +1263,7 @@ mod tests {
                 };
                 let k = format!("k{i}-{j}");
                 b.put(k.as_bytes(), &vec![1u8; len]).expect("put");
-                lens.push(Codec::V3.base_len(k.len(), len));
+                lens.push(Codec::V4.base_len(k.len(), len));
             }
             let (mut c, free, left) = {
                 let ws = inner.write_state.lock();

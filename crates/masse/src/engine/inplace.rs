@@ -70,7 +70,7 @@ impl Engine {
                 let ok = h.flags & REC_TOMBSTONE == 0 && key == p.key();
                 ok.then(|| Codec::encode_v2(h.seg_tag, h.seq, h.flags, p.key(), p.value()))?
             }
-            Codec::V3 => {
+            Codec::V3 | Codec::V4 => {
                 let r = v3::decode_v3_record(old).ok()?;
                 let ok = !r.tombstone && r.key == p.key();
                 ok.then(|| Codec::encode_v3(false, p.key(), p.value(), r.trailer))?

@@ -88,7 +88,7 @@ impl Engine {
         new_segs: &mut Vec<u64>,
     ) -> Result<(Arc<SegmentBuf>, V3Slot, u64)> {
         let (base, seq, more, tomb) = rec;
-        let first = V3Cursor::default().slot(base, seq, more, tomb);
+        let first = V3Cursor::new(self.layout.codec.seq_rule()).slot(base, seq, more, tomb);
         let Some(k) = self.layout.own_slots(first.len) else {
             return self.place_shared_v3(ws, rec, new_segs);
         };

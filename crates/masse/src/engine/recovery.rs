@@ -689,7 +689,7 @@ fn seal_partial(e: &Engine, p: &Partial) -> Result<()> {
         max_seq: p.entries.iter().map(|se| se.seq).max().unwrap_or(0),
         flushed: p.used,
         codec: l.codec,
-        v3: V3Cursor::after(&v3),
+        v3: V3Cursor::after(&v3, l.codec.seq_rule()),
         user: false,
     };
     o.seal(e.tag);
@@ -785,7 +785,7 @@ fn pad_records(e: &Engine, b: &Batch) -> Result<Vec<PendingRecord>> {
         recs.push(p);
         off += match codec {
             Codec::V2 => round_up(r.len, 8),
-            Codec::V3 => r.len,
+            Codec::V3 | Codec::V4 => r.len,
         };
     }
     Ok(recs)

@@ -108,7 +108,7 @@ impl PendingRecord {
     pub fn pad_len(&self, codec: Codec) -> usize {
         match codec {
             Codec::V2 => crate::device::round_up(self.len(codec), 8),
-            Codec::V3 => self.len(codec),
+            Codec::V3 | Codec::V4 => self.len(codec),
         }
     }
 }

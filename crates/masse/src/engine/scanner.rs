@@ -444,7 +444,7 @@ fn first_record(codec: Codec, slot: &[u8]) -> Option<(u32, [usize; 2])> {
             let h = peek_record(&slot[SEG_HEADER..])?;
             Some((h.seg_tag, [h.total_len(); 2]))
         }
-        Codec::V3 => {
+        Codec::V3 | Codec::V4 => {
             let at = SEG_HEADER + v3::MARK_LEN;
             let (k, v, _) = codec.peek(&slot[at..])?;
             let tag = slot.get(SEG_HEADER + 4..at)?;
@@ -467,9 +467,10 @@ pub(crate) fn parse_segment(
 ) -> (Vec<SummaryEntry>, usize) {
     match codec {
         Codec::V2 => parse_records(seg, seq, digest),
-        Codec::V3 => {
+        Codec::V3 | Codec::V4 => {
             let limit = MAX_LOC_OFFSET as usize;
-            let (es, end) = v3seg::parse_v3_records(seg, seg_tag(seq), limit, digest);
+            let rule = codec.seq_rule();
+            let (es, end) = v3seg::parse_v3_records(seg, seg_tag(seq), limit, digest, rule);
             (es.iter().map(SummaryEntry::from).collect(), end)
         }
     }

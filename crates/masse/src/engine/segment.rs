@@ -85,7 +85,7 @@ impl OpenSegment {
             max_seq: 0,
             flushed: 0,
             codec,
-            v3: V3Cursor::default(),
+            v3: V3Cursor::new(codec.seq_rule()),
             user: false,
         }
     }
@@ -94,7 +94,7 @@ impl OpenSegment {
     fn tail_len(&self) -> usize {
         match self.codec {
             Codec::V2 => self.entries.len() * SUMMARY_ENTRY + SEG_FOOTER,
-            Codec::V3 => self.v3.sum_len + V3_FOOTER,
+            Codec::V3 | Codec::V4 => self.v3.sum_len + V3_FOOTER,
         }
     }
 
@@ -117,12 +117,13 @@ impl OpenSegment {
             false => (self.min_seq, self.max_seq),
         };
         let mut d = self.buf.data.write();
-        if self.codec == Codec::V3 {
+        if self.codec.v3_records() {
             let mut es: Vec<V3Entry> = self.entries.iter().map(SummaryEntry::to_v3).collect();
             with_skips(&mut es);
-            let sum = encode_v3_summary(&es);
+            let sum = encode_v3_summary(&es, self.codec.seq_rule());
             debug_assert_eq!(sum.len(), self.v3.sum_len, "the cursor counted the summary");
             let f = V3Footer {
+                rule: self.codec.seq_rule(),
                 segment_seq: self.buf.seq,
                 pool_tag,
                 nrec: es.len() as u32,
@@ -153,7 +154,7 @@ impl OpenSegment {
     pub fn room_left(&self) -> u32 {
         let entry = match self.codec {
             Codec::V2 => SUMMARY_ENTRY,
-            Codec::V3 => crate::format::v3seg::V3_MAX_ENTRY,
+            Codec::V3 | Codec::V4 => crate::format::v3seg::V3_MAX_ENTRY,
         };
         self.buf
             .size

@@ -1,14 +1,18 @@
-//! A pool's record codec, chosen once from its superblock: format version 3
-//! for pools this build creates, or the version-2 record (24-byte header,
-//! padded to 8 bytes, 32-byte summary entries) that pools of versions 1 and 2
-//! keep writing. No pool mixes the two, so nothing dispatches per segment.
+//! A pool's record codec, chosen once from its superblock: format version 4
+//! for pools this build creates, version 3 (the same records and segments,
+//! with the older seq-chain rule) for pools created as version 3, or the
+//! version-2 record (24-byte header, padded to 8 bytes, 32-byte summary
+//! entries) that pools of versions 1 and 2 keep writing. No pool mixes them,
+//! so nothing dispatches per segment.
 //! What both share (the index, [`super::Loc`], digests) needs no codec.
 
 use super::bytes::le32;
 use super::loc::MAX_LOC_OFFSET;
 use super::record::{decode_record, encode_record, peek_record, RECORD_HEADER, REC_TOMBSTONE};
 use super::segment::{decode_footer, decode_summary, SummaryEntry};
-use super::v3::{decode_v3_record, decode_v3_tail, encode_v3_record, Trailer, V3Entry, V3_HEADER};
+use super::v3::{
+    decode_v3_record, decode_v3_tail, encode_v3_record, SeqRule, Trailer, V3Entry, V3_HEADER,
+};
 use super::v3seg::V3_MAX_TRAILER;
 use super::version::MAX_VALUE_LEN;
 use crate::error::Result;
@@ -18,8 +22,12 @@ use crate::error::Result;
 pub enum Codec {
     /// Format versions 1 and 2 (`record.rs`, `segment.rs`).
     V2,
-    /// Format version 3 (`v3.rs`, `v3seg.rs`).
+    /// Format version 3 (`v3.rs`, `v3seg.rs`), seq chains by
+    /// [`SeqRule::Max`].
     V3,
+    /// Format version 4: version 3's records and segments, seq chains by
+    /// [`SeqRule::Follow`].
+    V4,
 }
 
 /// A record decoded and verified by its checksum.
@@ -38,10 +46,25 @@ pub struct Rec<'a> {
 impl Codec {
     /// The codec of a pool of format `version`.
     pub fn of_version(version: u32) -> Codec {
-        if version >= 3 {
-            Codec::V3
-        } else {
-            Codec::V2
+        match version {
+            0..=2 => Codec::V2,
+            3 => Codec::V3,
+            _ => Codec::V4,
+        }
+    }
+
+    /// Whether records and segments are version 3's (`v3.rs`, `v3seg.rs`):
+    /// format versions 3 and 4.
+    pub fn v3_records(self) -> bool {
+        self != Codec::V2
+    }
+
+    /// How the seq chains of a version-3 or -4 segment move (version 2 has
+    /// none; it gets version 3's rule, which nothing asks for).
+    pub fn seq_rule(self) -> SeqRule {
+        match self {
+            Codec::V2 | Codec::V3 => SeqRule::Max,
+            Codec::V4 => SeqRule::Follow,
         }
     }
 
@@ -50,7 +73,7 @@ impl Codec {
     pub fn header(self) -> usize {
         match self {
             Codec::V2 => RECORD_HEADER,
-            Codec::V3 => V3_HEADER,
+            Codec::V3 | Codec::V4 => V3_HEADER,
         }
     }
 
@@ -66,7 +89,7 @@ impl Codec {
     pub fn max_extra(self) -> usize {
         match self {
             Codec::V2 => 7,
-            Codec::V3 => V3_MAX_TRAILER,
+            Codec::V3 | Codec::V4 => V3_MAX_TRAILER,
         }
     }
 
@@ -82,8 +105,8 @@ impl Codec {
             Codec::V2 => base.div_ceil(8) * 8 + super::segment::SUMMARY_ENTRY as u64,
             // A mark per block; a skip gap (the record is shorter than it)
             // before about one block in two.
-            Codec::V3 if base > 4080 => base + 12 + 8,
-            Codec::V3 => base + 12 + ((8 + base.min(512) / 2) * base).div_ceil(4096),
+            Codec::V3 | Codec::V4 if base > 4080 => base + 12 + 8,
+            Codec::V3 | Codec::V4 => base + 12 + ((8 + base.min(512) / 2) * base).div_ceil(4096),
         }
     }
 
@@ -91,7 +114,7 @@ impl Codec {
     pub fn trailer_max(self) -> usize {
         match self {
             Codec::V2 => 0,
-            Codec::V3 => V3_MAX_TRAILER,
+            Codec::V3 | Codec::V4 => V3_MAX_TRAILER,
         }
     }
 
@@ -107,7 +130,7 @@ impl Codec {
                     len: h.total_len(),
                 })
             }
-            Codec::V3 => {
+            Codec::V3 | Codec::V4 => {
                 let r = decode_v3_record(b)?;
                 Ok(Rec {
                     key: r.key,
@@ -125,7 +148,7 @@ impl Codec {
     pub fn peek(self, b: &[u8]) -> Option<(usize, usize, bool)> {
         match self {
             Codec::V2 => peek_record(b).map(|h| (h.key_len as usize, h.val_len as usize, false)),
-            Codec::V3 => {
+            Codec::V3 | Codec::V4 => {
                 let word = le32(b.get(..V3_HEADER)?, 4);
                 let vcode = (word & ((1 << 21) - 1)) as usize;
                 let key_len = ((word >> 21) & 0x3ff) as usize + 1;
@@ -160,7 +183,7 @@ impl Codec {
     pub fn tail_names(self, data: &[u8]) -> Option<(u64, u64, u32)> {
         let (seq, tag, nslots) = match self {
             Codec::V2 => decode_footer(data).map(|f| (f.segment_seq, f.pool_tag, f.nslots))?,
-            Codec::V3 => decode_v3_tail(data)
+            Codec::V3 | Codec::V4 => decode_v3_tail(data, self.seq_rule())
                 .ok()
                 .map(|(f, _)| (f.segment_seq, f.pool_tag, f.nslots))?,
         };
@@ -183,8 +206,8 @@ impl Codec {
                 let e = decode_summary(data, &f).ok()?;
                 Some((e, f.data_len as usize))
             }
-            Codec::V3 => {
-                let (f, es) = decode_v3_tail(data)
+            Codec::V3 | Codec::V4 => {
+                let (f, es) = decode_v3_tail(data, self.seq_rule())
                     .ok()
                     .filter(|(f, _)| f.segment_seq == seq && f.pool_tag == pool_tag)?;
                 // No writer puts a record there (format.md §10).

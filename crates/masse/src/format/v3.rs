@@ -86,13 +86,57 @@ fn unzigzag(z: u64) -> i64 {
     ((z >> 1) as i64) ^ -((z & 1) as i64)
 }
 
+/// How a seq chain's expectation moves past a record of seq `s`, in the
+/// record chain and in the summary chain alike (format.md §7.6.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeqRule {
+    /// Format version 3: `E = max(E, s + 1)`. A record with an older seq
+    /// (a GC move) among user writes costs only itself a delta; but after
+    /// one newer seq, every older one after it pays one, and in a segment
+    /// of GC moves with a cold user write among them that is nearly all.
+    Max,
+    /// Format version 4: `E = s + 1`. Records in ascending seq order (user
+    /// writes, and GC moves from one victim) pay at most a small delta for
+    /// the gap; a jump costs the record after it one delta back.
+    Follow,
+}
+
+impl SeqRule {
+    /// The rule of a segment whose footer says `version` (3 or 4).
+    pub fn of_version(version: u32) -> Option<SeqRule> {
+        match version {
+            3 => Some(SeqRule::Max),
+            4 => Some(SeqRule::Follow),
+            _ => None,
+        }
+    }
+
+    /// The format version a segment written with this rule carries.
+    pub fn version(self) -> u32 {
+        match self {
+            SeqRule::Max => 3,
+            SeqRule::Follow => 4,
+        }
+    }
+
+    /// The expectation after a record of `seq`, given `expect` before it.
+    pub fn next(self, expect: u64, seq: u64) -> u64 {
+        let after = seq.wrapping_add(1);
+        match self {
+            SeqRule::Max => expect.max(after),
+            SeqRule::Follow => after,
+        }
+    }
+}
+
 /// The sequence chain of one segment's records (plan §2.1). Writer and reader
 /// keep the same state: `expect` is the seq a record without a trailer has.
 /// A mark resets it: the first record after a mark carries its absolute seq.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SeqChain {
     expect: u64,
     need_abs: bool,
+    rule: SeqRule,
 }
 
 /// A record's sequence trailer, as stored.
@@ -126,6 +170,20 @@ impl Trailer {
 }
 
 impl SeqChain {
+    /// A chain at the start of a segment written with `rule`.
+    pub fn new(rule: SeqRule) -> SeqChain {
+        SeqChain {
+            expect: 0,
+            need_abs: false,
+            rule,
+        }
+    }
+
+    /// How this chain moves past a record.
+    pub fn rule(&self) -> SeqRule {
+        self.rule
+    }
+
     /// A mark was written or read: the next record carries its absolute seq.
     pub fn mark(&mut self) {
         self.need_abs = true;
@@ -187,8 +245,11 @@ impl SeqChain {
     }
 
     fn advance(&mut self, seq: u64, abs: bool) {
-        let next = seq.wrapping_add(1);
-        self.expect = if abs { next } else { self.expect.max(next) };
+        self.expect = if abs {
+            seq.wrapping_add(1)
+        } else {
+            self.rule.next(self.expect, seq)
+        };
         self.need_abs = false;
     }
 }
@@ -385,8 +446,8 @@ pub struct V3Entry {
 pub use crate::index::canonical as canonical_digest;
 
 /// Append the summary entry `e` (its `offset` is not stored) to `out`;
-/// `expect` is the summary's seq chain (starts at 0).
-pub fn encode_v3_entry(out: &mut Vec<u8>, e: &V3Entry, expect: &mut u64) {
+/// `expect` is the summary's seq chain (starts at 0), which moves by `rule`.
+pub fn encode_v3_entry(out: &mut Vec<u8>, e: &V3Entry, expect: &mut u64, rule: SeqRule) {
     let d = canonical_digest(e.digest);
     out.extend_from_slice(&(d as u64).to_le_bytes());
     out.extend_from_slice(&((d >> 112) as u16).to_le_bytes());
@@ -397,7 +458,7 @@ pub fn encode_v3_entry(out: &mut Vec<u8>, e: &V3Entry, expect: &mut u64) {
     if has_seq {
         leb_put(out, zigzag(e.seq.wrapping_sub(*expect) as i64));
     }
-    *expect = (*expect).max(e.seq.wrapping_add(1));
+    *expect = rule.next(*expect, e.seq);
 }
 
 /// Bytes `encode_v3_entry` will append for `e` with chain state `expect`.
@@ -413,13 +474,19 @@ pub fn v3_entry_len(e: &V3Entry, expect: u64) -> usize {
 
 /// Decode `nrec` entries from `sum`, deriving each record's offset from the
 /// previous one's end and the marks rules; the last record must end exactly at
-/// `data_len`, and the entries must use every byte of `sum`.
-pub fn decode_v3_summary(sum: &[u8], nrec: u32, data_len: u32) -> Result<Vec<V3Entry>> {
+/// `data_len`, and the entries must use every byte of `sum`; its seq chain
+/// moves by `rule`.
+pub fn decode_v3_summary(
+    sum: &[u8],
+    nrec: u32,
+    data_len: u32,
+    rule: SeqRule,
+) -> Result<Vec<V3Entry>> {
     let mut out = Vec::with_capacity((nrec as usize).min(sum.len() / 11 + 1));
     let (mut at, mut expect) = (0usize, 0u64);
     let (mut end, mut open_block) = (super::segment::SEG_HEADER, None);
     for _ in 0..nrec {
-        let mut e = decode_v3_entry(sum, &mut at, &mut expect)?;
+        let mut e = decode_v3_entry(sum, &mut at, &mut expect, rule)?;
         let s = spot(end, open_block, e.skip);
         let rec_end = s.record as u64 + e.len as u64;
         if e.len < V3_HEADER as u32 + 1 || rec_end > data_len as u64 {
@@ -436,7 +503,7 @@ pub fn decode_v3_summary(sum: &[u8], nrec: u32, data_len: u32) -> Result<Vec<V3E
     Ok(out)
 }
 
-fn decode_v3_entry(sum: &[u8], at: &mut usize, expect: &mut u64) -> Result<V3Entry> {
+fn decode_v3_entry(sum: &[u8], at: &mut usize, expect: &mut u64, rule: SeqRule) -> Result<V3Entry> {
     let bad = || corrupt("summary entry cut short");
     let fixed = sum.get(*at..*at + 10).ok_or_else(bad)?;
     let digest = le64(fixed, 0) as u128 | (u16::from_le_bytes([fixed[8], fixed[9]]) as u128) << 112;
@@ -458,7 +525,7 @@ fn decode_v3_entry(sum: &[u8], at: &mut usize, expect: &mut u64) -> Result<V3Ent
     if seq >= SEQ_LIMIT {
         return Err(corrupt("summary seq out of range"));
     }
-    *expect = (*expect).max(seq.wrapping_add(1));
+    *expect = rule.next(*expect, seq);
     Ok(V3Entry {
         digest,
         seq,
@@ -475,9 +542,14 @@ pub const V3_FOOTER: usize = 64;
 const FOOT_MAGIC: u32 = 0x4647_4553; // "SEGF", as in version 2
 
 /// The version-3 segment footer: v2's fields plus the summary's length, and a
-/// 64-bit xxh3 over summary and footer instead of a crc32c.
+/// 64-bit xxh3 over summary and footer instead of a crc32c. Version-4 pools
+/// write the same footer with version 4: their seq chains follow
+/// [`SeqRule::Follow`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct V3Footer {
+    /// How the summary's and the records' seq chains move (the footer's
+    /// version field: 3 or 4).
+    pub rule: SeqRule,
     /// Global segment sequence number.
     pub segment_seq: u64,
     /// Low 64 bits of the pool id.
@@ -509,7 +581,7 @@ pub fn encode_v3_tail(seg: &mut [u8], sum: &[u8], f: &V3Footer) {
     {
         let mut p = Put::new(&mut seg[foot..]);
         p.u32(FOOT_MAGIC);
-        p.u32(3);
+        p.u32(f.rule.version());
         p.u64(0); // the checksum, below
         p.u64(f.segment_seq);
         p.u64(f.pool_tag);
@@ -531,17 +603,20 @@ fn tail_hash(seg: &[u8], sum_start: usize, foot: usize) -> u64 {
     h.digest()
 }
 
-/// Verify and decode the footer and summary of a whole segment buffer.
-pub fn decode_v3_tail(seg: &[u8]) -> Result<(V3Footer, Vec<V3Entry>)> {
+/// Verify and decode the footer and summary of a whole segment buffer of a
+/// pool whose seq chains follow `rule`: a footer of the other version is no
+/// footer of this pool's.
+pub fn decode_v3_tail(seg: &[u8], rule: SeqRule) -> Result<(V3Footer, Vec<V3Entry>)> {
     let foot = seg
         .len()
         .checked_sub(V3_FOOTER)
         .ok_or_else(|| corrupt("segment smaller than its footer"))?;
     let b = &seg[foot..];
-    if le32(b, 0) != FOOT_MAGIC || le32(b, 4) != 3 {
-        return Err(corrupt("no version-3 footer"));
+    if le32(b, 0) != FOOT_MAGIC || le32(b, 4) != rule.version() {
+        return Err(corrupt("no segment footer of this pool's version"));
     }
     let f = V3Footer {
+        rule,
         segment_seq: le64(b, 16),
         pool_tag: le64(b, 24),
         nrec: le32(b, 32),
@@ -558,7 +633,7 @@ pub fn decode_v3_tail(seg: &[u8]) -> Result<(V3Footer, Vec<V3Entry>)> {
     if tail_hash(seg, sum_start, foot) != le64(b, 8) {
         return Err(corrupt("segment summary checksum mismatch"));
     }
-    let entries = decode_v3_summary(&seg[sum_start..foot], f.nrec, f.data_len)?;
+    let entries = decode_v3_summary(&seg[sum_start..foot], f.nrec, f.data_len, rule)?;
     Ok((f, entries))
 }
 
@@ -583,10 +658,11 @@ mod tests {
     }
 
     /// User writes take consecutive seqs and need no trailer, also after a
-    /// GC move (an old seq) between them; a group member always has one.
+    /// GC move (an old seq) between them (version 3); a group member always
+    /// has one.
     #[test]
     fn only_the_unexpected_seq_pays_a_trailer() {
-        let mut c = SeqChain::default();
+        let mut c = SeqChain::new(SeqRule::Max);
         c.mark();
         let has = |c: &mut SeqChain, seq, more| {
             c.trailer_for(seq, more).map(|t| (t.abs, t.encoded_len()))
@@ -608,16 +684,58 @@ mod tests {
         assert_eq!(has(&mut c, (1 << 61) + 200, false).map(|t| t.0), Some(true));
     }
 
+    /// Version 4: the chain follows each record, so moves in ascending seq
+    /// order after a newer seq pay one small delta each (version 3: a delta
+    /// back to below the newer seq, each); the record after a move pays one.
+    #[test]
+    fn the_follow_rule_keeps_moves_after_a_newer_seq_cheap() {
+        let cost = |rule, seqs: &[u64]| {
+            let mut c = SeqChain::new(rule);
+            c.mark();
+            let b: usize = seqs
+                .iter()
+                .map(|&s| c.trailer_for(s, false).map_or(0, |t| t.encoded_len()))
+                .sum();
+            let (mut e, mut sum) = (0u64, Vec::new());
+            for &s in seqs {
+                let entry = V3Entry {
+                    digest: 1,
+                    seq: s,
+                    offset: 0,
+                    len: 5, // one LEB byte with the flags
+                    skip: false,
+                    tombstone: false,
+                    more: false,
+                };
+                encode_v3_entry(&mut sum, &entry, &mut e, rule);
+            }
+            (b, sum.len() - 11 * seqs.len())
+        };
+        // A cold user write (seq 5,000,000) among moves of one victim.
+        // Version 4, trailers: 2 (absolute, after the mark), 1, 4, 4 (back),
+        // 1, none, 1, none; summary: 2, 1, 4, 4, 1, none, 1, none.
+        let gc = [1000, 1002, 5_000_000, 1003, 1005, 1006, 1009, 1010];
+        assert_eq!(cost(SeqRule::Follow, &gc), (13, 13));
+        assert_eq!(
+            cost(SeqRule::Max, &gc),
+            (2 + 1 + 4 + 4 * 5, 2 + 1 + 4 + 4 * 5)
+        );
+        // A move among user writes: the write after it pays under version 4.
+        let user = [500, 501, 100, 502, 503];
+        assert_eq!(cost(SeqRule::Follow, &user), (2 + 2 + 2, 2 + 2 + 2));
+        assert_eq!(cost(SeqRule::Max, &user), (2 + 2, 2 + 2));
+    }
+
     #[test]
     fn out_of_range_seqs_are_refused() {
-        let mut c = SeqChain::default();
+        let mut c = SeqChain::new(SeqRule::Follow);
         let far = Trailer {
             abs: true,
             more: false,
             s: SEQ_LIMIT,
         };
         assert!(c.resolve(Some(far)).is_err());
-        let mut c = SeqChain::default();
+        let mut c = SeqChain::new(SeqRule::Follow);
         let back = Trailer {
             abs: false,
             more: false,
@@ -673,12 +791,17 @@ mod tests {
         let w = fill_segment(256 << 10, 23, 100, 1000);
         let mut seg = vec![0u8; 256 << 10];
         encode_v3_tail(&mut seg, &w.sum, &w.foot);
-        let (f2, e) = decode_v3_tail(&seg).expect("tail");
+        let (f2, e) = decode_v3_tail(&seg, SeqRule::Follow).expect("tail");
         assert_eq!((f2, e), (w.foot, w.entries));
+        assert!(
+            decode_v3_tail(&seg, SeqRule::Max).is_err(),
+            "a version-4 footer is no version-3 pool's"
+        );
         for at in [seg.len() - V3_FOOTER - 1, seg.len() - 30] {
             let mut bad = seg.clone();
             bad[at] ^= 4;
-            assert!(decode_v3_tail(&bad).is_err(), "damage at {at} found");
+            let found = decode_v3_tail(&bad, SeqRule::Follow).is_err();
+            assert!(found, "damage at {at} found");
         }
     }
 
@@ -717,7 +840,7 @@ mod tests {
         let recs: Vec<Rec> = (0..(seg / 64) as u64)
             .map(|i| (seq0 + i, false, false, vec![(i % 251) as u8; v]))
             .collect();
-        write_segment(seg, k, &recs)
+        write_segment(seg, k, &recs, SeqRule::Follow)
     }
 
     /// The digest of record `i`: all 128 bits set somewhere.
@@ -727,10 +850,11 @@ mod tests {
 
     /// The writer's side: place, mark, trailer, summary entry, until the next
     /// record does not fit.
-    fn write_segment(seg: usize, k: usize, recs: &[Rec]) -> Written {
+    fn write_segment(seg: usize, k: usize, recs: &[Rec], rule: SeqRule) -> Written {
         let mut w = Written {
             sum: Vec::new(),
             foot: V3Footer {
+                rule,
                 segment_seq: 9,
                 pool_tag: 5,
                 nrec: 0,
@@ -743,7 +867,7 @@ mod tests {
             data: vec![0u8; SEG_HEADER],
             entries: Vec::new(),
         };
-        let (mut cur, mut expect) = (crate::format::v3seg::V3Cursor::default(), 0u64);
+        let (mut cur, mut expect) = (crate::format::v3seg::V3Cursor::new(rule), 0u64);
         for (i, r) in recs.iter().enumerate() {
             let key: Vec<u8> = (0..k).map(|j| (i + j) as u8).collect();
             let s = cur.slot(V3_HEADER + k + r.3.len(), r.0, r.1, r.2);
@@ -760,7 +884,7 @@ mod tests {
             encode_v3_record(&mut w.data, r.2, &key, &r.3, s.trailer);
             assert_eq!(w.data.len(), s.spot.record + s.len);
             let (before, want) = (w.sum.len(), v3_entry_len(&e, expect));
-            encode_v3_entry(&mut w.sum, &e, &mut expect);
+            encode_v3_entry(&mut w.sum, &e, &mut expect, rule);
             assert_eq!(
                 (w.sum.len() - before, want),
                 (s.entry_len, s.entry_len),
@@ -779,8 +903,12 @@ mod tests {
 
     /// The reader's side: walk the record area by the summary's offsets, check
     /// marks and resolve every seq from the records alone.
-    fn read_segment(data: &[u8], entries: &[V3Entry]) -> Vec<(u64, bool, bool, usize)> {
-        let (mut chain, mut open_block, mut out) = (SeqChain::default(), None, Vec::new());
+    fn read_segment(
+        data: &[u8],
+        entries: &[V3Entry],
+        rule: SeqRule,
+    ) -> Vec<(u64, bool, bool, usize)> {
+        let (mut chain, mut open_block, mut out) = (SeqChain::new(rule), None, Vec::new());
         let mut end = SEG_HEADER;
         for e in entries {
             let s = spot(end, open_block, e.skip);
@@ -840,8 +968,12 @@ mod tests {
         }
 
         #[test]
-        fn seq_chains_agree(steps in proptest::collection::vec((0u64..8, 0u8..10, any::<bool>(), any::<bool>()), 1..200)) {
-            let (mut w, mut r, mut seq) = (SeqChain::default(), SeqChain::default(), 1u64 << 40);
+        fn seq_chains_agree(
+            steps in proptest::collection::vec((0u64..8, 0u8..10, any::<bool>(), any::<bool>()), 1..200),
+            follow in any::<bool>(),
+        ) {
+            let rule = if follow { SeqRule::Follow } else { SeqRule::Max };
+            let (mut w, mut r, mut seq) = (SeqChain::new(rule), SeqChain::new(rule), 1u64 << 40);
             for (jump, how, more, mark) in steps {
                 // Mostly consecutive seqs; sometimes an old (moved) seq, a jump
                 // forward, or one far enough to need an absolute trailer.
@@ -861,7 +993,9 @@ mod tests {
         fn segments_roundtrip(
             k in 1usize..40,
             vals in proptest::collection::vec((0usize..5000, any::<bool>(), 0u8..8), 1..300),
+            follow in any::<bool>(),
         ) {
+            let rule = if follow { SeqRule::Follow } else { SeqRule::Max };
             let mut seq = 500u64;
             let recs: Vec<Rec> = vals.iter().map(|&(v, more, how)| {
                 seq += 1;
@@ -870,14 +1004,14 @@ mod tests {
                 (if how == 0 { seq / 2 } else { seq }, more, tomb, value)
             }).collect();
             let seg = 256 << 10;
-            let w = write_segment(seg, k, &recs);
+            let w = write_segment(seg, k, &recs, rule);
             let mut buf = vec![0u8; seg];
             buf[..w.data.len()].copy_from_slice(&w.data);
             encode_v3_tail(&mut buf, &w.sum, &w.foot);
-            let (f2, entries) = decode_v3_tail(&buf).expect("tail");
+            let (f2, entries) = decode_v3_tail(&buf, rule).expect("tail");
             prop_assert_eq!(f2, w.foot);
             prop_assert_eq!(&entries, &w.entries);
-            let got = read_segment(&buf, &entries);
+            let got = read_segment(&buf, &entries, rule);
             for (g, want) in got.iter().zip(recs.iter()) {
                 prop_assert_eq!(*g, (want.0, want.1, want.2, want.3.len()));
             }

@@ -33,16 +33,22 @@ pub struct V3Cursor {
     pub nrec: usize,
 }
 
-impl Default for V3Cursor {
-    fn default() -> Self {
+impl V3Cursor {
+    /// The cursor of an empty segment whose seq chains follow `rule`.
+    pub fn new(rule: SeqRule) -> Self {
         V3Cursor {
             end: SEG_HEADER,
             open_block: None,
-            chain: SeqChain::default(),
+            chain: SeqChain::new(rule),
             sum_len: 0,
             sum_expect: 0,
             nrec: 0,
         }
+    }
+
+    /// How this segment's seq chains move.
+    pub fn rule(&self) -> SeqRule {
+        self.chain.rule()
     }
 }
 
@@ -147,15 +153,15 @@ impl V3Cursor {
         self.open_block = Some(s.spot.record / BLOCK);
         self.chain = s.chain;
         self.sum_len += s.entry_len;
-        self.sum_expect = self.sum_expect.max(seq.wrapping_add(1));
+        self.sum_expect = self.rule().next(self.sum_expect, seq);
         self.nrec += 1;
     }
 
     /// The writer's state after the records of `entries` (in placement order,
     /// with their offsets), as placing them would have left it: for a
     /// segment reopened after a restart.
-    pub fn after(entries: &[V3Entry]) -> V3Cursor {
-        let mut c = V3Cursor::default();
+    pub fn after(entries: &[V3Entry], rule: SeqRule) -> V3Cursor {
+        let mut c = V3Cursor::new(rule);
         for e in entries {
             let here = spot(c.end, c.open_block, false);
             if here.mark.is_some() || here.record != e.offset as usize {
@@ -163,7 +169,7 @@ impl V3Cursor {
             }
             c.chain.trailer_for(e.seq, e.more);
             c.sum_len += v3_entry_len(e, c.sum_expect);
-            c.sum_expect = c.sum_expect.max(e.seq.wrapping_add(1));
+            c.sum_expect = rule.next(c.sum_expect, e.seq);
             c.end = e.offset as usize + e.len as usize;
             c.open_block = Some(e.offset as usize / BLOCK);
             c.nrec += 1;
@@ -183,11 +189,12 @@ pub fn with_skips(entries: &mut [V3Entry]) {
     }
 }
 
-/// Encode the summary of `entries` (with their SKIP flags set).
-pub fn encode_v3_summary(entries: &[V3Entry]) -> Vec<u8> {
+/// Encode the summary of `entries` (with their SKIP flags set), its seq
+/// chain moving by `rule`.
+pub fn encode_v3_summary(entries: &[V3Entry], rule: SeqRule) -> Vec<u8> {
     let (mut out, mut expect) = (Vec::with_capacity(entries.len() * 12), 0u64);
     for e in entries {
-        encode_v3_entry(&mut out, e, &mut expect);
+        encode_v3_entry(&mut out, e, &mut expect, rule);
     }
     out
 }
@@ -199,15 +206,16 @@ pub fn encode_v3_summary(entries: &[V3Entry]) -> Vec<u8> {
 /// must follow a mark of this segment and carry its absolute seq, so stale
 /// bytes of an earlier use of the slot are never taken for records (plan
 /// §2.5). Records at or past `limit` are not taken (no writer puts one
-/// there). Returns the entries (digests from `digest` of each key) and the
-/// end of the last record.
+/// there). The records' seq chain follows `rule`. Returns the entries
+/// (digests from `digest` of each key) and the end of the last record.
 pub fn parse_v3_records(
     seg: &[u8],
     tag: u32,
     limit: usize,
     digest: &dyn Fn(&[u8]) -> u128,
+    rule: SeqRule,
 ) -> (Vec<V3Entry>, usize) {
-    let (mut out, mut c) = (Vec::new(), V3Cursor::default());
+    let (mut out, mut c) = (Vec::new(), V3Cursor::new(rule));
     while let Some((s, r, chain, seq, more)) = next_record(seg, tag, &c) {
         if s.record >= limit {
             break;
@@ -283,10 +291,17 @@ mod tests {
     }
 
     /// Records of many sizes, moves and groups written by the cursor parse
-    /// back exactly, and `after` rebuilds the cursor from the entries.
+    /// back exactly, and `after` rebuilds the cursor from the entries, with
+    /// either seq rule.
     #[test]
     fn written_records_parse_back() {
-        let (mut c, mut data) = (V3Cursor::default(), vec![0u8; SEG_HEADER]);
+        for rule in [SeqRule::Max, SeqRule::Follow] {
+            written_records_parse_back_with(rule);
+        }
+    }
+
+    fn written_records_parse_back_with(rule: SeqRule) {
+        let (mut c, mut data) = (V3Cursor::new(rule), vec![0u8; SEG_HEADER]);
         let mut seq = 1000u64;
         for i in 0..400usize {
             let v = [3, 100, 500, 3000, 4070, 4090, 9000][i % 7];
@@ -294,21 +309,20 @@ mod tests {
             seq += 1;
             place(&mut c, &mut data, 7, &i.to_le_bytes(), v, s, i % 5 == 1);
         }
-        let (e, end) = parse_v3_records(&data, 7, usize::MAX, &|k| k[0] as u128);
+        let (e, end) = parse_v3_records(&data, 7, usize::MAX, &|k| k[0] as u128, rule);
         assert_eq!((e.len(), end), (400, data.len()));
-        assert_eq!(V3Cursor::after(&e), c);
+        assert_eq!(V3Cursor::after(&e, rule), c);
         let mut e2 = e.clone();
         with_skips(&mut e2);
         assert_eq!(e2, e, "skip flags follow from offsets");
-        let sum = encode_v3_summary(&e);
+        let sum = encode_v3_summary(&e, rule);
         assert_eq!(sum.len(), c.sum_len);
-        let back = decode_v3_summary(&sum, 400, end as u32).expect("summary");
-        assert_eq!(
-            back.iter().map(|x| x.offset).collect::<Vec<_>>(),
-            e.iter().map(|x| x.offset).collect::<Vec<_>>()
-        );
+        let back = decode_v3_summary(&sum, 400, end as u32, rule).expect("summary");
+        assert_eq!(back, e, "the summary gives back every entry, seqs included");
         // Another segment's tag: nothing parses.
-        assert!(parse_v3_records(&data, 8, usize::MAX, &|_| 0).0.is_empty());
+        assert!(parse_v3_records(&data, 8, usize::MAX, &|_| 0, rule)
+            .0
+            .is_empty());
     }
 
     /// A record lost to a torn write before a skip: the block holding it
@@ -318,7 +332,7 @@ mod tests {
     /// behind the mark (which may be the end of the lost record's group).
     #[test]
     fn a_torn_record_before_a_skip_is_not_jumped() {
-        let (mut c, mut data) = (V3Cursor::default(), vec![0u8; SEG_HEADER]);
+        let (mut c, mut data) = (V3Cursor::new(SeqRule::Follow), vec![0u8; SEG_HEADER]);
         // Fill block 0 to within 320 bytes of its end, then a record of a
         // batch ending about 170 bytes before the boundary, then the batch's
         // last record, which skips (it would cross).
@@ -330,14 +344,14 @@ mod tests {
         let v = BLOCK - 180 - before;
         place(&mut c, &mut data, 7, b"b", v, 900, true);
         place(&mut c, &mut data, 7, b"c", 300, 901, false);
-        let (all, _) = parse_v3_records(&data, 7, usize::MAX, &|k| k[0] as u128);
+        let (all, _) = parse_v3_records(&data, 7, usize::MAX, &|k| k[0] as u128, SeqRule::Follow);
         assert!(
             all.last().is_some_and(|e| e.skip),
             "the last record skipped"
         );
         let mut torn = data.clone();
         torn[before..BLOCK].fill(0);
-        let (es, end) = parse_v3_records(&torn, 7, usize::MAX, &|k| k[0] as u128);
+        let (es, end) = parse_v3_records(&torn, 7, usize::MAX, &|k| k[0] as u128, SeqRule::Follow);
         assert_eq!(end, before, "the parse stops where block 0 ends");
         assert!(es.iter().all(|e| e.digest == b'a' as u128));
     }
@@ -346,11 +360,11 @@ mod tests {
     /// prefix ends the parse there.
     #[test]
     fn a_stale_block_ends_the_parse() {
-        let (mut c, mut data) = (V3Cursor::default(), vec![0u8; SEG_HEADER]);
+        let (mut c, mut data) = (V3Cursor::new(SeqRule::Follow), vec![0u8; SEG_HEADER]);
         for i in 0..100u64 {
             place(&mut c, &mut data, 7, &i.to_le_bytes(), 100, 10 + i, false);
         }
-        let (mut o, mut od) = (V3Cursor::default(), vec![0u8; SEG_HEADER]);
+        let (mut o, mut od) = (V3Cursor::new(SeqRule::Follow), vec![0u8; SEG_HEADER]);
         while od.len() < data.len() + 3 * BLOCK {
             place(&mut o, &mut od, 6, b"old", 100, 5, false);
         }
@@ -358,7 +372,7 @@ mod tests {
         let cut = 2 * BLOCK;
         let mut mixed = data[..cut].to_vec();
         mixed.extend_from_slice(&od[cut..]);
-        let (e, end) = parse_v3_records(&mixed, 7, usize::MAX, &|_| 0);
+        let (e, end) = parse_v3_records(&mixed, 7, usize::MAX, &|_| 0, SeqRule::Follow);
         assert!(end <= cut, "parse ran into the stale block ({end})");
         assert!(e.iter().all(|x| x.seq >= 10));
     }

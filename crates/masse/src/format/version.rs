@@ -3,14 +3,17 @@
 //! on its parent).
 
 /// Newest version this build writes; devices with a higher version are
-/// refused. Version 3 (this build's default for new pools) has the leaner
-/// record, block marks and 12-byte summary entries of `v3.rs`; version 2 added
+/// refused. Version 4 (this build's default for new pools) is version 3 with
+/// the seq chains of records and summaries following each record
+/// (`v3::SeqRule::Follow`), so GC moves store small seq deltas; version 3 has
+/// the leaner record, block marks and 12-byte summary entries of `v3.rs`
+/// (and pools of version 3 keep its chain rule); version 2 added
 /// the pool's key-digest secret to the superblock and a second copy of every
 /// band header. Pools of versions 1 and 2 keep opening and writing their own
 /// record format ([`crate::format::Codec`]); version-1 pools keep the unkeyed
 /// digest they were created with. The version fields of segment, band and
 /// pad headers record the build that wrote them and are not read.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 
 /// Version of the checkpoint header written by this build, kept apart from
 /// [`FORMAT_VERSION`] because a checkpoint is a cache of the log, not part of
