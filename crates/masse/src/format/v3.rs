@@ -102,15 +102,6 @@ pub enum SeqRule {
 }
 
 impl SeqRule {
-    /// The rule of a segment whose footer says `version` (3 or 4).
-    pub fn of_version(version: u32) -> Option<SeqRule> {
-        match version {
-            3 => Some(SeqRule::Max),
-            4 => Some(SeqRule::Follow),
-            _ => None,
-        }
-    }
-
     /// The format version a segment written with this rule carries.
     pub fn version(self) -> u32 {
         match self {
