@@ -51,6 +51,13 @@ pub struct CellArgs {
     /// fio's 99.9th-percentile read latency at that queue depth, µs: the device's own tail.
     #[arg(long)]
     pub fio_p999_us: Option<f64>,
+    /// fio's 4 KiB random-read IOPS with as many threads of blocking reads (QD1 each) as the
+    /// run has clients: the device as the engines' one-key gets meet it.
+    #[arg(long)]
+    pub fio_blocking_iops: Option<f64>,
+    /// The 99.9th-percentile read latency of that fio run, µs.
+    #[arg(long)]
+    pub fio_blocking_p999_us: Option<f64>,
     /// Bytes on the fast tier at the end of the run (RocksDB: WAL + SSTs placed there).
     #[arg(long)]
     pub fast_bytes: Option<u64>,
@@ -168,6 +175,11 @@ pub struct Obs {
     pub fio_qd: Option<u64>,
     pub fio_iops: Option<f64>,
     pub fio_p999_us: Option<f64>,
+    /// fio with `threads` blocking readers (absent in observations from before 2026-11-30).
+    #[serde(default)]
+    pub fio_blocking_iops: Option<f64>,
+    #[serde(default)]
+    pub fio_blocking_p999_us: Option<f64>,
     pub side: Side,
 }
 
@@ -324,6 +336,8 @@ pub fn masse_obs(a: &MasseArgs) -> CliResult<Obs> {
         fio_qd,
         fio_iops,
         fio_p999_us,
+        fio_blocking_iops: a.cell.fio_blocking_iops,
+        fio_blocking_p999_us: a.cell.fio_blocking_p999_us,
         side,
     })
 }
@@ -423,6 +437,8 @@ pub fn rocksdb_obs(a: &RocksdbArgs) -> CliResult<Obs> {
         fio_qd,
         fio_iops,
         fio_p999_us,
+        fio_blocking_iops: a.cell.fio_blocking_iops,
+        fio_blocking_p999_us: a.cell.fio_blocking_p999_us,
         side,
     })
 }

@@ -518,6 +518,17 @@ fn targets(m: &Obs, b: &Obs, m_since: Option<f64>, b_since: Option<f64>) -> Stri
             &[format!("fio {}", us(dev)), us(ms.read.p999)],
             verdict(ms.read.p999, dev, false),
         );
+        if let Some(blocking) = m.fio_blocking_p999_us {
+            row(
+                &mut s,
+                &format!(
+                    "read p99.9 ≤ the device's p99.9 with {} blocking readers (QD1 each, as the benchmark's clients)",
+                    m.threads
+                ),
+                &[format!("fio {}", us(blocking)), us(ms.read.p999)],
+                verdict(ms.read.p999, blocking, false),
+            );
+        }
         row(
             &mut s,
             "CPU µs per operation ≤ ½",
@@ -563,6 +574,8 @@ mod tests {
             fio_qd: Some(threads),
             fio_iops: Some(1000.0),
             fio_p999_us: Some(2500.0),
+            fio_blocking_iops: None,
+            fio_blocking_p999_us: None,
             side: Side {
                 ops_per_sec: ops,
                 ops: 10_000,
@@ -625,5 +638,25 @@ mod tests {
         assert!(t.contains("(1.20×) | **missed** by 21 %"), "{t}");
         // p99.9 4.0 ms > ½ × 5.0 ms: missed by 60 %; and above fio's 2.5 ms by 60 %.
         assert!(t.contains("| 4.00 ms | **missed** by 60 % |"), "{t}");
+        // No blocking-readers measure in these rows: no such target row.
+        assert!(!t.contains("blocking readers"), "{t}");
+    }
+
+    #[test]
+    fn holds_the_tail_against_fio_with_as_many_blocking_readers_when_measured() {
+        let mut m = obs("masse", "masse", 16, 3000.0, 20_000.0, 300);
+        m.fio_blocking_p999_us = Some(28_000.0);
+        let rows = vec![m, obs("rocksdb", "tuned", 16, 1400.0, 5000.0, 100)];
+        let t = render(&rows);
+        // 20 ms against fio's 2.5 ms at QD16 misses; against 16 blocking readers' 28 ms
+        // it is met. Both rows are there.
+        assert!(
+            t.contains("device's p99.9 at QD16 | fio 2.50 ms | 20.00 ms | **missed**"),
+            "{t}"
+        );
+        assert!(
+            t.contains("with 16 blocking readers (QD1 each, as the benchmark's clients) | fio 28.00 ms | 20.00 ms | **met**"),
+            "{t}"
+        );
     }
 }
