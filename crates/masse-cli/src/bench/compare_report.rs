@@ -643,6 +643,17 @@ mod tests {
     }
 
     #[test]
+    fn observations_from_before_the_blocking_readers_measure_still_load() {
+        let mut v = serde_json::to_value(obs("masse", "masse", 16, 3000.0, 2000.0, 50)).unwrap();
+        let m = v.as_object_mut().unwrap();
+        assert!(m.remove("fio_blocking_iops").is_some());
+        assert!(m.remove("fio_blocking_p999_us").is_some());
+        let o: Obs = serde_json::from_value(v).unwrap();
+        assert_eq!(o.fio_blocking_p999_us, None);
+        assert_eq!(o.fio_p999_us, Some(2500.0));
+    }
+
+    #[test]
     fn holds_the_tail_against_fio_with_as_many_blocking_readers_when_measured() {
         let mut m = obs("masse", "masse", 16, 3000.0, 20_000.0, 300);
         m.fio_blocking_p999_us = Some(28_000.0);
