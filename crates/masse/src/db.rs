@@ -11,7 +11,7 @@ use crate::engine::check::{self, CheckReport};
 use crate::engine::request::{Outcome, PendingRecord, RecordKind, Req, WriteClass};
 use crate::engine::state::Engine;
 use crate::engine::status::BandStatus;
-use crate::engine::{checkpoint, gc, maintenance, recovery, replay, report, writer};
+use crate::engine::{checkpoint, damage, gc, maintenance, recovery, replay, report, writer};
 use crate::error::{Error, Result};
 use crate::format::*;
 use crate::pool::{self, Pool};
@@ -127,10 +127,12 @@ impl Db {
     /// maintenance.
     fn start(pool: Pool, opts: Options) -> Result<Db> {
         let t0 = Instant::now();
-        let (epoch, clean) = begin_epoch(&pool)?;
+        let (epoch, clean, damage_rec) = begin_epoch(&pool)?;
         let engine = Arc::new(Engine::new(pool, opts, epoch));
+        damage::carry(&engine, damage_rec);
         // Rebuild the index and band table; then start the writer and replay the pad.
         let pad_recs = recovery::recover(&engine, clean)?;
+        damage::after_recovery(&engine)?;
         let replay = replay::still_needed(&engine, pad_recs)?;
         engine.recovery.lock().pad_skipped = replay.skipped;
         let db = Db {
@@ -417,6 +419,7 @@ impl Db {
                 epoch: e.epoch + 1,
                 pool_tag: e.tag,
                 clean: 1,
+                damage: damage::at_close(e),
             };
             res = pool::write_epoch(&e.pool, &b);
         }
@@ -501,10 +504,24 @@ impl Db {
     pub fn check(&self) -> Result<CheckReport> {
         check::check(&self.engine)
     }
+
+    /// The pool's damage record: damage found since an operator last cleared
+    /// it, in this run or an earlier one (`None`: none). While it is set, a
+    /// key whose newest copy was lost reads as an older value or as absent.
+    pub fn damage(&self) -> Option<DamageRecord> {
+        Some(damage::current(&self.engine)).filter(|d| d.is_set())
+    }
+
+    /// Clear the damage record, durably: the operator has dealt with it.
+    pub fn clear_damage(&self) -> Result<()> {
+        self.engine.check_failed()?;
+        damage::clear(&self.engine)
+    }
 }
 
-/// Start a new epoch: returns it, and whether the last run closed cleanly.
-fn begin_epoch(pool: &Pool) -> Result<(u64, bool)> {
+/// Start a new epoch: returns it, whether the last run closed cleanly, and
+/// the damage record it carried.
+fn begin_epoch(pool: &Pool) -> Result<(u64, bool, DamageRecord)> {
     let read = pool::read_epoch(pool)?;
     let prev = read.block;
     // With one copy unreadable, the lost one may have held prev + 1 (a run
@@ -514,9 +531,10 @@ fn begin_epoch(pool: &Pool) -> Result<(u64, bool)> {
         epoch,
         pool_tag: pool.pool_tag(),
         clean: 0,
+        damage: prev.damage,
     };
     pool::write_epoch(pool, &b)?;
-    Ok((epoch, prev.clean != 0))
+    Ok((epoch, prev.clean != 0, prev.damage))
 }
 
 /// Record and log what the open found.

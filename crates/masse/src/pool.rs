@@ -553,6 +553,7 @@ fn blank_metadata(pool: &Pool) -> Result<()> {
             epoch: 0,
             pool_tag: tag,
             clean: 1,
+            damage: DamageRecord::default(),
         }
         .encode(),
         "formatting",

@@ -330,6 +330,15 @@ pub struct Stats {
     pub recovery_notes: Vec<String>,
     /// Checksum failures seen (on reads, GC or recovery).
     pub corruptions: u64,
+    /// The pool's damage record (format.md §4): damage events found since an
+    /// operator last cleared it, in this run or earlier ones; 0 = none. While
+    /// it is set, a key whose newest copy was lost reads as an older value or
+    /// as absent.
+    pub damage_recorded: u64,
+    /// Epochs (opens) of the first and the last run that recorded damage.
+    pub damage_first_epoch: u64,
+    /// See `damage_first_epoch`.
+    pub damage_last_epoch: u64,
     /// Per-device I/O.
     pub devices: Vec<DeviceStats>,
     /// Latency percentiles per operation.
@@ -449,6 +458,13 @@ impl Stats {
         );
         for w in &self.recovery_warnings {
             let _ = writeln!(s, "recovery warning     {w}");
+        }
+        if self.damage_recorded > 0 {
+            let _ = writeln!(
+                s,
+                "DAMAGE RECORDED      {} damage event(s) since epoch {} (last in epoch {}): keys whose newest copy was lost read as older values or absent; `masse check` says more, `masse check --clear-damage` clears it",
+                self.damage_recorded, self.damage_first_epoch, self.damage_last_epoch
+            );
         }
         for w in &self.recovery_notes {
             let _ = writeln!(s, "recovery note        {w}");

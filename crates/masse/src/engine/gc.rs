@@ -298,6 +298,7 @@ fn free_victim(e: &Engine, victim: u32, moved: u64) -> Result<GcOutcome> {
         pool_tag: e.tag,
         band: victim,
         first_seq: 0,
+        freed_after: 0, // the writer stamps it
     };
     e.send(WriterJob::BandHeader {
         band: victim,

@@ -9,13 +9,15 @@
 //! - `pad`: the fast-tier write pad — reserve, write, release, replay;
 //! - `request`: write requests and the group-commit queue;
 //! - `writer_jobs`: what the single writer is asked to do, and its queue;
-//! - `scanner`: reading a band segment by segment (recovery, GC, check).
+//! - `scanner`: reading a band segment by segment (recovery, GC, check);
+//! - `damage`: the pool's damage record, kept until an operator clears it.
 //!
 //! Processes combine them, top-down:
 //! - `commit` (group commit) → `stream` (which open band a record goes to),
 //!   `place` (placement) and `inplace` (scm-only updates in place); `writer` (the single capacity-tier writer thread);
 //! - `read` (gets); `gc` (band GC) and `maintenance` (the background thread);
-//! - `checkpoint` and `recovery` (at open); `check` (verification);
+//! - `checkpoint` and `recovery` (at open; `torn` judges torn bursts);
+//!   `check` (verification);
 //!   `report` (stats and state dumps).
 //!
 //! No component imports a process, and no process imports one that imports
@@ -25,6 +27,7 @@ pub(crate) mod band;
 pub(crate) mod check;
 pub(crate) mod checkpoint;
 pub(crate) mod commit;
+pub(crate) mod damage;
 pub(crate) mod gc;
 pub(crate) mod inplace;
 pub(crate) mod maintenance;
@@ -40,5 +43,6 @@ pub(crate) mod segment;
 pub(crate) mod state;
 pub(crate) mod status;
 pub(crate) mod stream;
+pub(crate) mod torn;
 pub(crate) mod writer;
 pub(crate) mod writer_jobs;

@@ -202,6 +202,7 @@ impl Engine {
             pool_tag: self.tag,
             band: b,
             first_seq: ws.next_seg,
+            freed_after: 0,
         };
         self.send(WriterJob::BandHeader {
             band: b,

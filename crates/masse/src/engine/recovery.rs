@@ -14,7 +14,8 @@ use super::request::{PendingRecord, RecordKind};
 use super::scanner::{BandScanner, Found, Segment, Source};
 use super::segment::{OpenSegment, SegmentBuf};
 use super::state::Engine;
-use crate::device::{round_up, AlignedBuf};
+use super::torn::{BandFacts, Tears};
+use crate::device::{round_up, round_up64, AlignedBuf};
 use crate::error::{Error, Result};
 use crate::format::v3seg::V3Cursor;
 use crate::format::*;
@@ -42,6 +43,8 @@ struct BandPlan {
 struct BandHeaders {
     first: Vec<Option<u64>>,
     inferred: Vec<bool>,
+    /// The newest `freed_after` of a FREE header (format version 5).
+    freed_max: u64,
 }
 
 /// Rebuild the index, band table and write state. Returns the pad groups to re-apply.
@@ -69,14 +72,15 @@ pub(crate) fn recover(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>
         None => HashSet::new(),
     };
     // 3. Plan: which slots of which bands to replay, in write order.
-    let mut rp = Replay::new(e, &hdrs, ck_next_seq);
     let mut plans: Vec<BandPlan> = Vec::new();
+    let mut min_seq = vec![u64::MAX; hdrs.first.len()];
+    let mut written = vec![0; hdrs.first.len()];
     for (b, first) in hdrs.first.iter().enumerate() {
         let Some(first_seq) = *first else { continue };
         let start_slot = match matches(b) {
             Some(cb) => {
-                rp.min_seq[b] = cb.min_seq;
-                rp.written[b] = cb.written_slots as u64;
+                min_seq[b] = cb.min_seq;
+                written[b] = cb.written_slots as u64;
                 // Records placed in segments that are not replayed are not in the
                 // checkpoint; see the live-bytes fixup after replay below.
                 if first_seq >= replay_from {
@@ -94,12 +98,16 @@ pub(crate) fn recover(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>
         });
     }
     plans.sort_by_key(|p| p.first_seq);
+    let mut rp = Replay::new(e, &hdrs, &plans, ck_next_seq);
+    rp.min_seq = min_seq;
+    rp.written = written;
     // 4. Replay segments, band by band in write order.
     let newest = plans.last().map(|p| p.band);
     for p in &plans {
         rp.band(p, Some(p.band) == newest)?;
     }
     rp.finish();
+    void_torn(e, &mut rp)?;
     // 5. The pad: everything from its durable tail is re-applied below, in order.
     let groups = match &e.pad {
         Some(_) => read_pad(e, clean)?,
@@ -163,6 +171,7 @@ fn read_band_headers(e: &Engine) -> Result<BandHeaders> {
     let mut out = BandHeaders {
         first: vec![None; nb],
         inferred: vec![false; nb],
+        freed_max: 0,
     };
     for b in 0..l.bands {
         let (dev, off) = l.band_addr(b);
@@ -176,6 +185,9 @@ fn read_band_headers(e: &Engine) -> Result<BandHeaders> {
         match h {
             Some(h) if h.pool_tag == e.tag && h.band == b && h.state == BAND_IN_USE => {
                 out.first[b as usize] = Some(h.first_seq);
+            }
+            Some(h) if h.pool_tag == e.tag && h.band == b && h.state == BAND_FREE => {
+                out.freed_max = out.freed_max.max(h.freed_after);
             }
             Some(_) => {}
             None if copies_bad == 0 => {}
@@ -231,34 +243,16 @@ struct Replay<'a> {
     group_last_seq: u64,
     /// Records of groups a crash cut short, not applied.
     cut: u64,
-    /// The segment replayed last and whether a blank slot followed it.
-    last_seg: Option<LastSeg>,
-    blank_since: bool,
-    /// Newest sequence number met so far, to recognise the next open.
-    seen_max: u64,
-    /// Records skipped because they follow records a crash tore away.
-    after_tear: u64,
+    /// Torn bursts (capacity-only/scm-only) and the segments they void.
+    tears: Tears<'a>,
     /// Footerless segments followed by others: (band, slot, seq, records).
     unread: Vec<(u32, u64, u64, usize)>,
-    /// Skipping records written in the same unsynced burst as a torn one.
-    cutting: bool,
     max_seq: u64,
     min_seq: Vec<u64>,
     written: Vec<u64>,
     segments: u64,
     /// Last footerless one-slot segment of the newest band, to keep filling.
     partial: Option<Partial>,
-}
-
-/// Where the segment replayed last left the writer.
-#[derive(Clone, Copy)]
-struct LastSeg {
-    seq: u64,
-    /// End of its records.
-    end: usize,
-    band: u32,
-    /// The slot after it.
-    next_slot: u64,
 }
 
 /// A partly written segment at the write frontier (capacity-only/scm-only).
@@ -272,8 +266,17 @@ struct Partial {
 }
 
 impl<'a> Replay<'a> {
-    fn new(e: &'a Engine, hdrs: &BandHeaders, ck_next_seq: u64) -> Replay<'a> {
+    fn new(e: &'a Engine, hdrs: &BandHeaders, plans: &[BandPlan], ck_next_seq: u64) -> Replay<'a> {
         let nb = hdrs.first.len();
+        let mut start_slot = vec![0; nb];
+        for p in plans {
+            start_slot[p.band as usize] = p.start_slot;
+        }
+        let facts = BandFacts {
+            first: hdrs.first.clone(),
+            start_slot,
+            freed_max: hdrs.freed_max,
+        };
         Replay {
             e,
             band_first: hdrs.first.iter().map(|f| f.unwrap_or(0)).collect(),
@@ -281,12 +284,8 @@ impl<'a> Replay<'a> {
             group: Vec::new(),
             group_last_seq: 0,
             cut: 0,
-            last_seg: None,
-            blank_since: false,
-            seen_max: ck_next_seq.saturating_sub(1),
-            after_tear: 0,
+            tears: Tears::new(&e.layout, e.pad.is_none(), facts),
             unread: Vec::new(),
-            cutting: false,
             max_seq: ck_next_seq.saturating_sub(1),
             min_seq: vec![u64::MAX; nb],
             written: vec![0; nb],
@@ -323,7 +322,13 @@ impl<'a> Replay<'a> {
         // A footerless segment is the frontier if nothing follows it; otherwise
         // its summary was lost (a torn seal, or damage) and its records were parsed.
         let mut unread_summary: Option<(u64, u64, usize)> = None;
+        self.tears.band_start();
         let end = sc.scan(p.start_slot, e.layout.slots_per_band, true, &mut |f| {
+            if let Found::Segment(s) = &f {
+                if self.voided(p.band, s) {
+                    return Ok(());
+                }
+            }
             if let Some((slot, seq, n)) = unread_summary.take() {
                 self.unread.push((p.band, slot, seq, n));
             }
@@ -343,19 +348,11 @@ impl<'a> Replay<'a> {
                             });
                         }
                     }
-                    self.torn_before(p.band, &s);
                     self.segment(p.band, &s);
-                    self.last_seg = Some(LastSeg {
-                        seq: s.seq,
-                        end: s.used,
-                        band: p.band,
-                        next_slot: s.slot + s.nslots,
-                    });
-                    self.blank_since = false;
                 }
                 Found::Gap { slot, n, blank } => {
                     self.gap(p.band, slot, n, blank);
-                    self.blank_since |= blank;
+                    self.tears.gap(blank);
                 }
             }
             Ok(())
@@ -397,9 +394,6 @@ impl<'a> Replay<'a> {
             self.apply(e.digest, loc);
             return;
         }
-        if self.after_torn_write(e) {
-            return;
-        }
         // A pending group whose next record does not follow it is a group a crash
         // cut short (its last record never reached the device): it is not applied,
         // and must not be completed by later records.
@@ -416,58 +410,20 @@ impl<'a> Replay<'a> {
         }
     }
 
-    /// Capacity-only / scm-only: did a crash tear away records written just
-    /// before segment `s`?
-    ///
-    /// Without a pad, a group commit's records are acknowledged when one sync
-    /// makes them all durable; a power cut before that sync may keep any subset
-    /// of the burst's blocks. Each segment's header says where the writer left
-    /// the segment before it (`prev_end`). If that segment was replayed and
-    /// ends earlier, or its slot was found blank, records of the burst never
-    /// reached the device: the burst was never acknowledged, and neither was
-    /// anything written after it until the next open (which skips
-    /// `SEQ_GAP_AT_OPEN` sequence numbers). Those records are not applied: a
-    /// batch's end whose start was torn away would otherwise look whole.
-    fn torn_before(&mut self, band: u32, s: &Segment<'_>) {
-        if !self.whole_groups || s.prev_end == 0 {
-            return;
-        }
-        let torn = match self.last_seg {
-            Some(l) if l.seq + 1 == s.seq => l.end < s.prev_end as usize,
-            // Segments between were in the same band: their slots were read.
-            Some(l) if l.band == band => self.blank_since,
-            // The writer fills a band before it opens the next one: if the
-            // first missing segment fit after the last one found, it was
-            // written there and is gone (the band's tail was blank).
-            Some(l) if l.seq < s.seq => {
-                let lay = &self.e.layout;
-                let need = match l.seq + 2 == s.seq {
-                    true => lay.slots_of_end(s.prev_end as usize),
-                    false => 1,
-                };
-                l.next_slot + need <= lay.slots_per_band
-            }
-            Some(_) => false,
-            None => self.blank_since,
+    /// Whether segment `s` is part of a torn burst (`torn.rs`): then none
+    /// of its records is applied, and a group pending from before the tear
+    /// is cut (its end was in the torn part).
+    fn voided(&mut self, band: u32, s: &Segment<'_>) -> bool {
+        let Some(first) = self.tears.segment(band, s) else {
+            return false;
         };
-        if torn && !self.cutting {
-            self.cutting = true;
+        if first {
             self.cut += self.group.len() as u64;
             self.group.clear();
         }
-    }
-
-    /// Whether `e` is skipped as part of a torn burst (see `torn_before`).
-    fn after_torn_write(&mut self, e: &SummaryEntry) -> bool {
-        let prev = self.seen_max;
-        self.seen_max = prev.max(e.seq);
-        if self.cutting && e.seq >= prev + SEQ_GAP_AT_OPEN {
-            self.cutting = false;
-        }
-        if self.cutting {
-            self.after_tear += 1;
-        }
-        self.cutting
+        let top = s.entries.iter().map(|e| e.seq).max().unwrap_or(0);
+        self.max_seq = self.max_seq.max(top);
+        true
     }
 
     fn gap(&mut self, band: u32, slot: u64, n: u64, blank: bool) {
@@ -507,11 +463,12 @@ impl<'a> Replay<'a> {
         self.report_unread();
         self.cut += self.group.len() as u64;
         self.group.clear();
-        if self.after_tear > 0 {
+        if self.tears.records > 0 {
             self.e.note(format!(
                 "{} records written after a write torn at a crash (in the same unsynced, never \
-                 acknowledged burst) were not applied",
-                self.after_tear
+                 acknowledged burst) were not applied, and their {} segments erased",
+                self.tears.records,
+                self.tears.voided.len()
             ));
         }
         if self.cut > 0 {
@@ -522,6 +479,31 @@ impl<'a> Replay<'a> {
             ));
         }
     }
+}
+
+/// Step 4, end: erase the segments a torn burst voided (`torn.rs`), newest
+/// first, each synced before the next, so the judgement is made once: a
+/// later open could judge differently once GC has freed a band it read
+/// (issue 44: the end of a never-acknowledged batch applied two crashes
+/// later). The whole segment is zeroed, not only its header: a slot whose
+/// header is gone but whose records carry the expected tag would be
+/// recovered as a damaged header. An open cut short while erasing leaves
+/// the newest voided segments erased and the rest as they were, which the
+/// next recovery judges the same way. Nothing else writes before this.
+fn void_torn(e: &Engine, rp: &mut Replay<'_>) -> Result<()> {
+    let l = &e.layout;
+    let what = "erasing the segments of a write torn at a crash";
+    for &(band, slot, nslots) in rp.tears.voided.iter().rev() {
+        let (dev, off) = l.slot_addr(l.first_slot(band) + slot);
+        let d = &e.pool.caps[dev];
+        let zeros = AlignedBuf::new((nslots * l.seg) as usize);
+        d.write_at(&zeros, off)
+            .map_err(|err| Error::io(&d.info().path, what, err))?;
+        crate::pool::sync(d, what)?;
+        let b = band as usize;
+        rp.written[b] = rp.written[b].min(slot);
+    }
+    Ok(())
 }
 
 /// Step 6: drop index entries pointing where nothing valid was found. A
@@ -720,10 +702,16 @@ fn read_pad(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>> {
     let (mut v, mut expect) = (tail, tail_seq);
     let mut groups = Vec::new();
     let mut batches = std::collections::VecDeque::new();
+    // A wrap marker that did not land, and how many batches followed the one after it.
+    let mut lost_marker: Option<(u64, usize)> = None;
     loop {
         let b = match r.batch_at(v, Some(expect))? {
             Some(b) => b,
             None => match r.resync(v, expect)? {
+                Some(b) if only_a_wrap_marker(p.size, v, expect, &b) => {
+                    lost_marker = Some((v, batches.len() + 1));
+                    b
+                }
                 Some(b) => {
                     let lost = b.header.batch_seq - expect;
                     e.counters.corruptions.fetch_add(lost, Relaxed);
@@ -751,8 +739,42 @@ fn read_pad(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>> {
             groups.push(recs);
         }
     }
+    if let Some((at, n)) = lost_marker {
+        report_lost_marker(e, at, batches.len() - n);
+    }
     p.resume(tail, v, expect, hdr_seq, batches);
     Ok(groups)
+}
+
+/// Whether the one batch number missing before `b` (found at the start of
+/// the next lap by `resync`) was the wrap marker at `v`: a batch that did not
+/// fit between `v` and the ring's end is what makes the writer write a
+/// marker there (`PadRing::reserve`). A marker holds no records.
+fn only_a_wrap_marker(size: u64, v: u64, expect: u64, b: &Batch) -> bool {
+    let lap = round_up64(v + 1, size);
+    let need = b.next_virt(size) - b.virt;
+    b.header.batch_seq == expect + 1 && b.virt == lap && need > lap - v
+}
+
+/// A wrap marker is written, unsynced, just before the next lap's first
+/// batch, and that batch's sync makes both durable. A power cut before it may
+/// keep the batch and lose the marker: a write torn at a crash, which costs
+/// nothing (issue 44). A marker missing before a batch that later ones follow
+/// was durable and then damaged; it held no records either, but damage is
+/// reported as damage.
+fn report_lost_marker(e: &Engine, at: u64, after: usize) {
+    if after == 0 {
+        e.note(format!(
+            "write pad: the wrap marker at offset {at} did not land (a write torn at a crash); \
+             it holds no records, and the batch after it was replayed"
+        ));
+    } else {
+        e.counters.corruptions.fetch_add(1, Relaxed);
+        e.warn(format!(
+            "write pad: the wrap marker at offset {at} is damaged; it held no records, nothing \
+             was lost, and the batches after it were replayed"
+        ));
+    }
 }
 
 /// The log ends at `v`. If a header of batch `seq` starts there, its write
@@ -816,6 +838,7 @@ mod tests {
         let hdrs = BandHeaders {
             first: vec![None; bands],
             inferred: vec![false; bands],
+            freed_max: 0,
         };
         let unscanned = HashSet::from([(shard(lost), fingerprint(lost))]);
         let before = e.counters.corruptions.load(Relaxed);

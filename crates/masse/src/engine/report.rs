@@ -48,6 +48,7 @@ pub(crate) fn stats(e: &Engine) -> Stats {
         .map(|d| d.io.bytes_written)
         .sum();
     let rec = e.recovery.lock().clone();
+    let dmg = super::damage::current(e);
     let entries = e.index.len() as u64;
     let ibytes = e.index.memory_bytes() as u64;
     let mut s = Stats {
@@ -70,6 +71,9 @@ pub(crate) fn stats(e: &Engine) -> Stats {
         recovery_pad_skipped: rec.pad_skipped,
         recovery_warnings: rec.warnings,
         recovery_notes: rec.notes,
+        damage_recorded: dmg.corruptions,
+        damage_first_epoch: dmg.first_epoch,
+        damage_last_epoch: dmg.last_epoch,
         devices,
         latency: e.latency.summary(),
         ..Stats::default()

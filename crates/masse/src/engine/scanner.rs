@@ -54,6 +54,8 @@ pub(crate) struct Segment<'d> {
     pub source: Source,
     /// The header's `prev_end` (0: unknown, or the header was damaged).
     pub prev_end: u32,
+    /// The header's `prev_band` (`None`: unknown, or the header was damaged).
+    pub prev_band: Option<u32>,
     /// The whole segment (`nslots` slots).
     pub data: &'d [u8],
 }
@@ -249,7 +251,9 @@ impl<'a> BandScanner<'a> {
                 (e, used, Source::Parsed)
             }
         };
-        let prev_end = SegmentHeader::decode(data).map_or(0, |h| h.prev_end);
+        let hdr = SegmentHeader::decode(data);
+        let prev_end = hdr.map_or(0, |h| h.prev_end);
+        let prev_band = hdr.and_then(|h| h.prev_band);
         Ok(Segment {
             slot: i,
             nslots: k,
@@ -258,6 +262,7 @@ impl<'a> BandScanner<'a> {
             used,
             source,
             prev_end,
+            prev_band,
             data,
         })
     }
@@ -318,6 +323,7 @@ impl<'a> BandScanner<'a> {
             used,
             source: Source::HeaderDamaged,
             prev_end: 0,
+            prev_band: None,
             data: self.slots(i, k)?,
         }))
     }

@@ -30,7 +30,8 @@ pub(crate) struct SegmentBuf {
 
 impl SegmentBuf {
     /// A new segment of `nslots` slots of `seg` bytes at global `slot`, its header
-    /// written. `prev_end` is where the records of the segment before it ended.
+    /// written. `prev` is where the records of the segment before it ended,
+    /// and in which band (`WriteState::prev_end`).
     pub fn new(
         slot: u64,
         nslots: u32,
@@ -38,14 +39,15 @@ impl SegmentBuf {
         seq: u64,
         band: u32,
         pool_tag: u64,
-        prev_end: u32,
+        prev: (u32, Option<u32>),
     ) -> SegmentBuf {
         let mut data = AlignedBuf::new(nslots as usize * seg);
         SegmentHeader {
             segment_seq: seq,
             pool_tag,
             nslots,
-            prev_end,
+            prev_end: prev.0,
+            prev_band: prev.1,
         }
         .encode_into(&mut data);
         SegmentBuf {
@@ -252,9 +254,10 @@ pub(crate) struct WriteState {
     pub band_first: u64,
     /// The `Gc` stream's position while the `User` stream's is in use.
     pub parked: StreamPos,
-    /// The segment closed last: its sequence number and the end of its
-    /// records (written into the next segment's header as `prev_end`).
-    pub last_closed: Option<(u64, u32)>,
+    /// The segment closed last: its sequence number, the end of its records
+    /// and its band (written into the next segment's header as `prev_end`
+    /// and `prev_band`).
+    pub last_closed: Option<(u64, u32, u32)>,
     /// Tiered, with `Options::absorb_overwrites`: the `User` stream's segment
     /// closed last, kept in DRAM, unsealed, until the next one closes, so
     /// overwrites can still be absorbed into it (design.md §4.10).
@@ -345,7 +348,7 @@ impl WriteState {
     /// A segment takes no more records: queue it for sealing and remember
     /// where its records end, for the next segment's header.
     pub fn close_segment(&mut self, mut o: OpenSegment) {
-        self.last_closed = Some((o.buf.seq, o.used as u32));
+        self.last_closed = Some((o.buf.seq, o.used as u32, o.buf.band));
         o.user = !self.in_gc;
         self.to_seal.push(o);
     }
@@ -386,12 +389,13 @@ impl WriteState {
         })
     }
 
-    /// `prev_end` for the header of segment `seq`: where the segment before
-    /// it ended, if that was the one closed last.
-    pub fn prev_end(&self, seq: u64) -> u32 {
+    /// `prev_end` and `prev_band` for the header of segment `seq`: where the
+    /// segment before it ended and which band holds it, if that was the one
+    /// closed last.
+    pub fn prev_end(&self, seq: u64) -> (u32, Option<u32>) {
         match self.last_closed {
-            Some((s, end)) if s + 1 == seq => end,
-            _ => 0,
+            Some((s, end, band)) if s + 1 == seq => (end, Some(band)),
+            _ => (0, None),
         }
     }
 }

@@ -17,7 +17,9 @@ use super::writer_jobs::{WriterJob, WriterQueue};
 use crate::config::Options;
 use crate::device::round_up;
 use crate::error::{Error, Result};
-use crate::format::{Codec, Loc, EPOCH_AREA, EPOCH_OFFSET, SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY};
+use crate::format::{
+    Codec, DamageRecord, Loc, EPOCH_AREA, EPOCH_OFFSET, SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY,
+};
 use crate::index::{Digest, Index, IndexOptions};
 use crate::layout::{Layout, MAX_STRADDLE_PAD};
 use crate::pool::Pool;
@@ -60,6 +62,9 @@ pub(crate) struct Engine {
     pub next_seg_hint: AtomicU64,
     /// Next record sequence number, mirrored for checkpoints.
     pub seq_hint: AtomicU64,
+    /// Newest segment seq whose header the writer has written (writer only):
+    /// stamped, after a sync, into FREE band headers as `freed_after`.
+    pub seg_written: AtomicU64,
     pub requests: RequestQueue,
     /// Held by the group-commit leader (and briefly by GC and checkpoints).
     pub write_state: Mutex<WriteState>,
@@ -82,6 +87,10 @@ pub(crate) struct Engine {
     pub ckpt_lock: Mutex<u64>,
     pub bytes_since_ckpt: AtomicU64,
     pub recovery: Mutex<RecoveryInfo>,
+    /// The pool's damage record (format.md §4), as this run will write it
+    /// into the epoch block, and the corruptions counted when it was last
+    /// brought up to date.
+    pub damage: Mutex<(DamageRecord, u64)>,
     /// scm-only in-place updates, as a seqlock: odd while pages are being
     /// overwritten. A read that fails its checksum while this moved raced an
     /// in-place update (it may have seen half a page) and is retried.
@@ -119,6 +128,7 @@ impl Engine {
             segments: SegmentCache::default(),
             next_seg_hint: AtomicU64::new(epoch << 40),
             seq_hint: AtomicU64::new(1),
+            seg_written: AtomicU64::new(0),
             requests: RequestQueue::default(),
             write_state: Mutex::new(WriteState::new(epoch)),
             pad,
@@ -133,6 +143,7 @@ impl Engine {
             ckpt_lock: Mutex::new(0),
             bytes_since_ckpt: AtomicU64::new(0),
             recovery: Mutex::new(RecoveryInfo::default()),
+            damage: Mutex::new((DamageRecord::default(), 0)),
             inplace_gen: AtomicU64::new(0),
             gc_active: AtomicBool::new(false),
             ckpt_active: AtomicBool::new(false),

@@ -87,11 +87,31 @@ impl<'e> Burst<'e> {
         Ok(())
     }
 
+    /// Before a FREE band header: sync what this burst wrote so far, and
+    /// return the newest segment seq now durable, for `freed_after`. Without
+    /// the sync the header could survive a power cut that tore the segments
+    /// written before it in the same burst, and recovery would take the
+    /// header as proof that they were durable (design.md §10.4, "A torn
+    /// burst"). Bands are freed rarely; the extra sync costs nothing that
+    /// shows.
+    fn sync_before_free(&mut self) -> Result<u64> {
+        let written = self.e.seg_written.load(Relaxed);
+        for (dev, t) in self.touched.iter().enumerate() {
+            if *t {
+                crate::pool::sync(&self.e.pool.caps[dev], "syncing before a band is freed")?;
+            }
+        }
+        Ok(written)
+    }
+
     fn job(&mut self, j: WriterJob) -> Result<()> {
         let e = self.e;
         match j {
-            WriterJob::BandHeader { band, hdr, free } => {
+            WriterJob::BandHeader { band, mut hdr, free } => {
                 self.submit_segments()?;
+                if free.is_some() {
+                    hdr.freed_after = self.sync_before_free()?;
+                }
                 let (dev, off) = e.layout.band_addr(band);
                 // The whole header area (one IU): a 4 KiB write into a larger
                 // IU would cost the drive a read-modify-write.
@@ -104,6 +124,7 @@ impl<'e> Burst<'e> {
                 }
             }
             WriterJob::Segment { buf, from } => {
+                e.seg_written.fetch_max(buf.seq, Relaxed);
                 let (dev, off) = e.layout.slot_addr(buf.slot);
                 let end = buf.size;
                 self.touched[dev] = true;
@@ -117,6 +138,7 @@ impl<'e> Burst<'e> {
             }
             WriterJob::Flush { buf, from, to } => {
                 self.submit_segments()?;
+                e.seg_written.fetch_max(buf.seq, Relaxed);
                 let (dev, off) = e.layout.slot_addr(buf.slot);
                 let to = to.min(buf.size);
                 let g = buf.data.read();

@@ -21,6 +21,11 @@ pub struct BandHeader {
     pub band: u32,
     /// Segment sequence number of the band's first slot (identifies the incarnation).
     pub first_seq: u64,
+    /// FREE headers (format version 5): the newest segment seq the writer had
+    /// written, and synced, before it wrote this header; 0 in IN_USE headers
+    /// and in headers older builds wrote. A segment at or below it cannot be
+    /// part of a burst a crash tore (design.md §10.4, "A torn burst").
+    pub freed_after: u64,
 }
 
 /// Offset of the band header's second copy within its block (format version 2).
@@ -47,6 +52,7 @@ impl BandHeader {
             p.u32(self.band);
             p.u32(FORMAT_VERSION);
             p.u64(self.first_seq);
+            p.u64(self.freed_after);
         }
         let crc = crc32c::crc32c(&b[12..64]);
         b[8..12].copy_from_slice(&crc.to_le_bytes());
@@ -62,6 +68,7 @@ impl BandHeader {
             pool_tag: le64(b, 16),
             band: le32(b, 24),
             first_seq: le64(b, 32),
+            freed_after: le64(b, 40),
         })
     }
 
@@ -99,6 +106,7 @@ mod tests {
             pool_tag: 1,
             band: 2,
             first_seq: 3,
+            freed_after: 4,
         };
         assert_eq!(BandHeader::decode(&b.encode()), Some(b));
     }

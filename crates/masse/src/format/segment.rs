@@ -25,6 +25,11 @@ pub struct SegmentHeader {
     /// after an open, or format version 1). Recovery compares it with what it
     /// finds there: a shorter segment lost records to a torn write.
     pub prev_end: u32,
+    /// Band that holds segment `segment_seq - 1` (format version 5; `None` when
+    /// `prev_end` is 0, or in headers older builds wrote). Recovery looks
+    /// there when that segment is missing: a band GC freed since tells a
+    /// missing predecessor apart from one a crash tore away (design.md §10.4).
+    pub prev_band: Option<u32>,
 }
 
 impl SegmentHeader {
@@ -39,6 +44,8 @@ impl SegmentHeader {
             p.u32(self.nslots);
             p.u32(FORMAT_VERSION);
             p.u32(self.prev_end);
+            // Stored as band + 1, so the zero of older headers means unknown.
+            p.u32(self.prev_band.map_or(0, |b| b + 1));
         }
         let crc = crc32c::crc32c(&b[8..SEG_HEADER]);
         b[4..8].copy_from_slice(&crc.to_le_bytes());
@@ -57,6 +64,7 @@ impl SegmentHeader {
             pool_tag: le64(b, 16),
             nslots: le32(b, 24),
             prev_end: le32(b, 32),
+            prev_band: le32(b, 36).checked_sub(1),
         })
     }
 }

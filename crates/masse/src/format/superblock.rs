@@ -374,6 +374,43 @@ pub struct EpochBlock {
     pub pool_tag: u64,
     /// 1 if the previous run closed cleanly.
     pub clean: u32,
+    /// Damage found and not yet cleared by an operator (zero: none).
+    pub damage: DamageRecord,
+}
+
+/// Damage to the pool that recovery (or a run that closed cleanly) found,
+/// kept in the epoch block, carried from each open to the next, until an
+/// operator clears it (`masse check --clear-damage`, `Db::clear_damage`):
+/// a read of a key whose newest copy was lost returns an older value or
+/// nothing, and this record is what says so (issue 44). Format version 5
+/// fills bytes that were reserved (zero: no damage) before.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DamageRecord {
+    /// Damage events counted (corruptions, or 1 for a warning without a count).
+    pub corruptions: u64,
+    /// Epoch of the run that first found damage since the last clear.
+    pub first_epoch: u64,
+    /// Epoch of the run that found damage last.
+    pub last_epoch: u64,
+}
+
+impl DamageRecord {
+    /// Whether anything is recorded.
+    pub fn is_set(&self) -> bool {
+        self.corruptions > 0
+    }
+
+    /// Add `n` damage events found by the run of `epoch`.
+    pub fn add(&mut self, n: u64, epoch: u64) {
+        if n == 0 {
+            return;
+        }
+        if !self.is_set() {
+            self.first_epoch = epoch;
+        }
+        self.corruptions += n;
+        self.last_epoch = epoch;
+    }
 }
 
 impl EpochBlock {
@@ -387,6 +424,9 @@ impl EpochBlock {
             p.u32(self.clean);
             p.u64(self.epoch);
             p.u64(self.pool_tag);
+            p.u64(self.damage.corruptions);
+            p.u64(self.damage.first_epoch);
+            p.u64(self.damage.last_epoch);
         }
         let crc = crc32c::crc32c(&b[12..64]);
         b[8..12].copy_from_slice(&crc.to_le_bytes());
@@ -401,6 +441,11 @@ impl EpochBlock {
             clean: le32(b, 12),
             epoch: le64(b, 16),
             pool_tag: le64(b, 24),
+            damage: DamageRecord {
+                corruptions: le64(b, 32),
+                first_epoch: le64(b, 40),
+                last_epoch: le64(b, 48),
+            },
         })
     }
 }

@@ -3,7 +3,12 @@
 //! on its parent).
 
 /// Newest version this build writes; devices with a higher version are
-/// refused. Version 4 (this build's default for new pools) is version 3 with
+/// refused. Version 5 (this build's default for new pools) keeps version 4's
+/// records and footers (their version fields say 4) and adds two header
+/// fields recovery judges torn bursts by: `prev_band` in segment headers and
+/// `freed_after` in FREE band headers (docs/format.md §1, issue 44). This
+/// build writes them into pools of every version; the version gates out
+/// older builds, whose judgement a band freed by GC can fool. Version 4 is version 3 with
 /// the seq chains of records and summaries following each record
 /// (`v3::SeqRule::Follow`), so GC moves store small seq deltas; version 3 has
 /// the leaner record, block marks and 12-byte summary entries of `v3.rs`
@@ -13,7 +18,7 @@
 /// record format ([`crate::format::Codec`]); version-1 pools keep the unkeyed
 /// digest they were created with. The version fields of segment, band and
 /// pad headers record the build that wrote them and are not read.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 
 /// Version of the checkpoint header written by this build, kept apart from
 /// [`FORMAT_VERSION`] because a checkpoint is a cache of the log, not part of
