@@ -14,6 +14,7 @@
 #   --rounds N      rounds (3)                            --num N        keys (2000000)
 #   --threads T     readrandomwriterandom threads (16)   --duration S   seconds per run (30)
 #   --dir DIR       capacity tier (default $TMPDIR or /var/tmp); fast tier: /dev/shm
+#   --capacity-only pools without a fast tier (default: tiered)
 #   --out DIR       results (default bench/results/ab-<UTC>)
 #
 # Prints each run's db_bench-style summary line with its CPU per operation, group commits
@@ -24,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=3; NUM=2000000; THREADS=16; DURATION=30
-DIR=${TMPDIR:-/var/tmp}; OUT=""
+DIR=${TMPDIR:-/var/tmp}; OUT=""; CAPONLY=0
 BINS=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -34,6 +35,7 @@ while [ $# -gt 0 ]; do
         --duration) DURATION=$2; shift ;;
         --dir) DIR=$2; shift ;;
         --out) OUT=$2; shift ;;
+        --capacity-only) CAPONLY=1 ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
         *) BINS+=("$1") ;;
@@ -56,7 +58,7 @@ NAMES=(before after)
         cp "${BINS[$i]}" "$WORK/${NAMES[$i]}"
         echo "${NAMES[$i]}: ${BINS[$i]} ($(sha256sum "${BINS[$i]}" | cut -c1-12))"
     done
-    echo "rounds $ROUNDS, num $NUM, threads $THREADS, duration $DURATION s; $(nproc) CPUs, $(uname -r)"
+    echo "rounds $ROUNDS, num $NUM, threads $THREADS, duration $DURATION s, capacity-only $CAPONLY; $(nproc) CPUs, $(uname -r)"
 } | tee "$OUT/summary.txt"
 COMMON=(--num="$NUM" --key_size=23 --value_size=100)
 for round in $(seq 1 "$ROUNDS"); do
@@ -64,6 +66,7 @@ for round in $(seq 1 "$ROUNDS"); do
         v=${NAMES[$(( (i + round - 1) % N ))]}
         rm -f "$FAST" "$WORK/cap"
         P=(--fast="$FAST" --capacity="$WORK/cap")
+        [ "$CAPONLY" -eq 1 ] && P=(--capacity="$WORK/cap")
         flock /tmp/masse-bench.lock "$WORK/$v" bench "${P[@]}" --capacity-size=2048M \
             --benchmarks=fillrandom --threads=1 --seed=1 "${COMMON[@]}" > "$OUT/fill-$v-$round.out" 2>&1
         flock /tmp/masse-bench.lock "$WORK/$v" bench "${P[@]}" --use_existing_db=true \

@@ -259,41 +259,84 @@ pub struct CheckArgs {
     /// Print the report as pretty-printed JSON instead of text. Default: text.
     #[arg(long)]
     pub json: bool,
+    /// Clear the pool's damage record after the check: you have dealt with the
+    /// damage it reports (restored the lost keys, or accept their older values).
+    /// Until then every `check` exits 3 and `stats` shows the record.
+    #[arg(long)]
+    pub clear_damage: bool,
 }
 
 pub fn check(a: &CheckArgs) -> CliResult<i32> {
-    let r = with_db(&a.pool, |db| {
-        db.check()
-            .map_err(|e| CliError::new(format!("check failed: {e}")))
+    let (r, damage) = with_db(&a.pool, |db| {
+        let r = db
+            .check()
+            .map_err(|e| CliError::new(format!("check failed: {e}")))?;
+        let damage = db.damage();
+        if a.clear_damage && damage.is_some() {
+            db.clear_damage()
+                .map_err(|e| CliError::new(format!("cannot clear the damage record: {e}")))?;
+        }
+        Ok((r, damage))
     })?;
+    let damaged = damage.is_some() && !a.clear_damage;
     if a.json {
-        let j = serde_json::to_string_pretty(&r)
+        let j = serde_json::json!({ "check": r, "damage_record": damage, "damage_cleared": a.clear_damage && damage.is_some() });
+        let j = serde_json::to_string_pretty(&j)
             .map_err(|e| CliError::new(format!("cannot encode JSON: {e}")))?;
         println!("{j}");
+        return Ok(if r.is_clean() && !damaged {
+            0
+        } else {
+            EXIT_CHECK_FAILED
+        });
+    }
+    print_check(&r, damage.as_ref(), a.clear_damage);
+    Ok(if r.is_clean() && !damaged {
+        0
     } else {
+        EXIT_CHECK_FAILED
+    })
+}
+
+/// The text report of `check`: what it scanned, problems, the damage record.
+fn print_check(
+    r: &masse::CheckReport,
+    damage: Option<&masse::format::DamageRecord>,
+    cleared: bool,
+) {
+    println!(
+        "scanned {} bands, {} segments, {} records; {} live keys ({}), {} tombstones",
+        r.bands_scanned,
+        r.segments,
+        r.records,
+        r.live_keys,
+        masse_cli::units::fmt_bytes(r.live_bytes),
+        r.tombstones
+    );
+    if r.dead_records_damaged > 0 {
         println!(
-            "scanned {} bands, {} segments, {} records; {} live keys ({}), {} tombstones",
-            r.bands_scanned,
-            r.segments,
-            r.records,
-            r.live_keys,
-            masse_cli::units::fmt_bytes(r.live_bytes),
-            r.tombstones
-        );
-        if r.dead_records_damaged > 0 {
-            println!(
                 "note: {} dead record(s) fail their checksum (remains of writes a crash interrupted, or damage to data no key uses); no data is affected and GC will drop them",
                 r.dead_records_damaged
             );
-        }
-        for e in &r.errors {
-            println!("error: {e}");
-        }
-        if r.is_clean() {
-            println!("pool is consistent");
-        } else {
-            println!("{} problem(s) found", r.errors.len());
+    }
+    for e in &r.errors {
+        println!("error: {e}");
+    }
+    if let Some(d) = damage {
+        println!(
+            "damage recorded: {} damage event(s) found since epoch {} (last in epoch {}): \
+                 acknowledged writes were lost; a key whose newest copy was lost reads as an \
+                 older value or as absent (the warnings of the open that found it are in the \
+                 log and in `masse stats` of that run)",
+            d.corruptions, d.first_epoch, d.last_epoch
+        );
+        if cleared {
+            println!("damage record cleared");
         }
     }
-    Ok(if r.is_clean() { 0 } else { EXIT_CHECK_FAILED })
+    match (r.is_clean(), damage.is_some() && !cleared) {
+        (true, false) => println!("pool is consistent"),
+        (true, true) => println!("the pool's structures are consistent, but it lost data (above)"),
+        (false, _) => println!("{} problem(s) found", r.errors.len()),
+    }
 }

@@ -69,6 +69,52 @@ pub struct ScanArgs {
     /// Stop after this many keys. Default: no limit.
     #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
+    /// Skip records that cannot be read (damage) instead of stopping at the first:
+    /// each is reported on stderr, and the command exits 3 if any was skipped.
+    #[arg(long)]
+    pub salvage: bool,
+}
+
+/// Records `scan` and `dump --salvage` skipped because they could not be read.
+#[derive(Default)]
+struct Salvage {
+    on: bool,
+    skipped: u64,
+}
+
+impl Salvage {
+    /// The pair, or `None` for a damaged record skipped in salvage mode.
+    fn pair(
+        &mut self,
+        r: masse::Result<(Vec<u8>, Vec<u8>)>,
+    ) -> CliResult<Option<(Vec<u8>, Vec<u8>)>> {
+        match r {
+            Ok(kv) => Ok(Some(kv)),
+            Err(e) if self.on => {
+                self.skipped += 1;
+                if self.skipped <= 100 {
+                    eprintln!("skipped a damaged record: {e}");
+                }
+                Ok(None)
+            }
+            Err(e) => Err(CliError::new(format!(
+                "reading the pool: {e} (--salvage skips damaged records and goes on; \
+                 `masse check` says what is damaged)"
+            ))),
+        }
+    }
+
+    /// Say what was skipped; the exit code.
+    fn finish(&self) -> i32 {
+        if self.skipped == 0 {
+            return 0;
+        }
+        eprintln!(
+            "salvage: {} damaged record(s) skipped; every other record was read",
+            self.skipped
+        );
+        crate::error::EXIT_CHECK_FAILED
+    }
 }
 
 fn show(b: &[u8], hex: bool) -> String {
@@ -88,10 +134,16 @@ pub fn scan(a: &ScanArgs) -> CliResult<i32> {
     };
     let out = std::io::stdout();
     let mut out = BufWriter::new(out.lock());
+    let mut sal = Salvage {
+        on: a.salvage,
+        skipped: 0,
+    };
     let n = with_db(&a.pool, |db| {
         let mut n = 0u64;
         for r in db.iter() {
-            let (k, v) = r.map_err(|e| CliError::new(format!("reading the pool: {e}")))?;
+            let Some((k, v)) = sal.pair(r)? else {
+                continue;
+            };
             if !k.starts_with(&prefix) || !wanted(a.layer, &k) {
                 continue;
             }
@@ -110,7 +162,7 @@ pub fn scan(a: &ScanArgs) -> CliResult<i32> {
     if std::io::stderr().is_terminal() {
         eprintln!("{n} keys");
     }
-    Ok(0)
+    Ok(sal.finish())
 }
 
 fn scan_line(a: &ScanArgs, k: &[u8], v: &[u8]) -> String {
@@ -142,6 +194,11 @@ pub struct DumpArgs {
     /// Which records to dump. Default: all (a full backup).
     #[arg(long, value_enum, default_value_t = Layer::All)]
     pub layer: Layer,
+    /// Skip records that cannot be read (damage) instead of failing: the intact
+    /// rest of the pool is dumped, each skipped record is reported on stderr, and
+    /// the command exits 3 if any was skipped.
+    #[arg(long)]
+    pub salvage: bool,
 }
 
 /// A progress bar on stderr (hidden when stderr is not a terminal): records
@@ -168,23 +225,32 @@ pub fn dump(a: &DumpArgs) -> CliResult<i32> {
         ));
     }
     let t0 = Instant::now();
+    let mut sal = Salvage {
+        on: a.salvage,
+        skipped: 0,
+    };
+    let sal_ref = &mut sal;
     let r = with_db(&a.pool, |db| match &a.output {
         Some(p) => {
             let f = std::fs::File::create(p).map_err(|e| io_err("creating", p, e))?;
-            let r =
-                dump_to(db, a.layer, BufWriter::with_capacity(1 << 20, f)).and_then(|(n, b, w)| {
-                    let f = w.into_inner().map_err(|e| CliError::new(e.to_string()))?;
-                    f.sync_all().map_err(|e| io_err("syncing", p, e))?;
-                    Ok((n, b))
-                });
+            let w = BufWriter::with_capacity(1 << 20, f);
+            let r = dump_to(db, a.layer, w, sal_ref).and_then(|(n, b, w)| {
+                let f = w.into_inner().map_err(|e| CliError::new(e.to_string()))?;
+                f.sync_all().map_err(|e| io_err("syncing", p, e))?;
+                Ok((n, b))
+            });
             if r.is_err() {
                 let _ = std::fs::remove_file(p);
             }
             r
         }
-        None => {
-            dump_to(db, a.layer, BufWriter::new(std::io::stdout().lock())).map(|(n, b, _)| (n, b))
-        }
+        None => dump_to(
+            db,
+            a.layer,
+            BufWriter::new(std::io::stdout().lock()),
+            sal_ref,
+        )
+        .map(|(n, b, _)| (n, b)),
     })?;
     let secs = t0.elapsed().as_secs_f64();
     eprintln!(
@@ -194,10 +260,10 @@ pub fn dump(a: &DumpArgs) -> CliResult<i32> {
         r.0 as f64 / secs,
         r.1 as f64 / secs / 1e6
     );
-    Ok(0)
+    Ok(sal.finish())
 }
 
-fn dump_to<W: Write>(db: &Db, layer: Layer, out: W) -> CliResult<(u64, u64, W)> {
+fn dump_to<W: Write>(db: &Db, layer: Layer, out: W, sal: &mut Salvage) -> CliResult<(u64, u64, W)> {
     let st = db.stats();
     let meta = serde_json::json!({
         "tool": format!("masse {}", env!("CARGO_PKG_VERSION")),
@@ -212,7 +278,9 @@ fn dump_to<W: Write>(db: &Db, layer: Layer, out: W) -> CliResult<(u64, u64, W)> 
     // Index entries include tombstones: an upper bound on the records to dump.
     let pb = bar(st.index_entries, "dump", "{human_pos}/~{human_len} records");
     for r in db.iter() {
-        let (k, v) = r.map_err(|e| CliError::new(format!("reading the pool: {e}")))?;
+        let Some((k, v)) = sal.pair(r)? else {
+            continue;
+        };
         if wanted(layer, &k) {
             w.record(&k, &v).map_err(werr)?;
             pb.inc(1);

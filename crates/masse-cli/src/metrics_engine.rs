@@ -84,6 +84,12 @@ fn operations(o: &mut Fams, s: &Stats) {
         "Checksum failures seen (reads, GC, recovery)",
         s.corruptions as f64,
     );
+    o.gauge(
+        "damage_recorded",
+        "Damage events in the pool's damage record (0: none): acknowledged data was lost; \
+         cleared only by `masse check --clear-damage`",
+        s.damage_recorded as f64,
+    );
 }
 
 fn writes(o: &mut Fams, s: &Stats) {

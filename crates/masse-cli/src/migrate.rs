@@ -74,7 +74,7 @@ pub struct MigrateArgs {
     /// The pool to copy from, left as it is: fast=PATH,capacity=PATH (repeat
     /// capacity=PATH for each capacity device, in the order of `masse create`; omit
     /// fast= for a pool without a fast tier). It may be of any format version this
-    /// build opens (1 or 2).
+    /// build opens (1 to 5); the new pool is of the newest.
     #[arg(long, value_name = "POOL", value_parser = parse_spec)]
     pub from: PoolSpec,
 

@@ -198,11 +198,13 @@ pub struct GeometryArgs {
     #[arg(long, value_enum, help_heading = "Pool geometry (when formatting)")]
     pub capacity_media: Option<MediaArg>,
 
-    /// On-disk format version to create: 4 (default); 3, the same records with seq
-    /// numbers stored less compactly after GC moves, for a pool that a build before
-    /// version 4 must still open; or 2, the larger record format of builds before
-    /// version 3. Pools of every version open with this build.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=4), help_heading = "Pool geometry (when formatting)")]
+    /// On-disk format version to create: 5 (default); 4, the same records, for a
+    /// pool that a build before version 5 must still open (such builds judge torn
+    /// writes without the headers' band fields, which GC can fool); 3, the same
+    /// records with seq numbers stored less compactly after GC moves; or 2, the
+    /// larger record format of builds before version 3. Pools of every version open
+    /// with this build.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=5), help_heading = "Pool geometry (when formatting)")]
     pub format_version: Option<u32>,
 }
 

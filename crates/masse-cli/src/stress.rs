@@ -146,9 +146,9 @@ pub struct StressArgs {
     #[arg(long)]
     pub focus_only: bool,
 
-    /// --enumerate: create the scenarios' pools in this format version (2, 3 or 4;
-    /// default the newest, 4).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=4))]
+    /// --enumerate: create the scenarios' pools in this format version (2 to 5;
+    /// default the newest, 5).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=5))]
     pub format_version: Option<u32>,
 
     /// --enumerate: stop a run after this many failing crash states.

@@ -100,7 +100,7 @@ fn roundtrip_and_refusals() {
     let text = String::from_utf8_lossy(&o.stdout);
     for want in [
         "tiered",
-        "format version     4",
+        "format version     5",
         "segment size",
         "band size",
         "write pad",
@@ -183,7 +183,7 @@ fn roundtrip_and_refusals() {
     ok(&o);
     let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stats --json is JSON");
     assert_eq!(j["mode"], "tiered");
-    assert_eq!(j["format_version"], 4, "create makes format 4 pools");
+    assert_eq!(j["format_version"], 5, "create makes format 5 pools");
     assert_eq!(j["puts"], 0, "a fresh open has made no puts");
     assert!(j["recovery_source"].is_string());
     assert!(j["devices"].as_array().is_some_and(|d| d.len() == 2));

@@ -252,7 +252,7 @@ fn v1_round_trip(keys: u64) {
     assert_eq!(j["counts_match"], true);
     assert_eq!(j["source"]["format_version"], 1);
     assert_eq!(j["source"]["key_digest"], "unkeyed XXH3");
-    assert_eq!(j["destination"]["format_version"], 4);
+    assert_eq!(j["destination"]["format_version"], masse::format::FORMAT_VERSION);
     assert_eq!(j["destination"]["key_digest"], "keyed SipHash-2-4");
     assert_eq!(j["check"]["errors"].as_array().map(|e| e.len()), Some(0));
     let bytes: u64 = want.iter().map(|(k, v)| (k.len() + v.len()) as u64).sum();
@@ -266,7 +266,8 @@ fn v1_round_trip(keys: u64) {
     let sbs = superblocks(&dst);
     assert!(sbs
         .iter()
-        .all(|s| s.version == 4 && matches!(s.key_digest, KeyDigest::Keyed(_))));
+        .all(|s| s.version == masse::format::FORMAT_VERSION
+            && matches!(s.key_digest, KeyDigest::Keyed(_))));
 
     // The source is as it was: same records, still format 1, consistent.
     assert!(records(&src) == want, "the source changed");

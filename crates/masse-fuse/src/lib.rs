@@ -35,8 +35,9 @@ pub struct MountOptions {
     /// Threads serving kernel requests.
     pub threads: usize,
     /// Open every file with FOPEN_DIRECT_IO: no kernel page cache, so every read and
-    /// write reaches the engine (the paper's "no read cache"); shared writable mmap
-    /// is then refused by the kernel.
+    /// write reaches the engine (the paper's "no read cache"). Shared mmap, which
+    /// goes through the page cache, is allowed where the kernel offers
+    /// FUSE_DIRECT_IO_ALLOW_MMAP (Linux 6.6 and later); older kernels refuse it.
     pub direct_io: bool,
     /// How long the kernel may cache names and attributes.
     pub attr_ttl: Duration,
@@ -238,6 +239,30 @@ impl MasseFs {
         }
     }
 
+    /// A write by an unprivileged process clears the file's set-user-ID bit,
+    /// and its set-group-ID bit when the group may execute it (POSIX; Linux's
+    /// `file_remove_privs`). Through the page cache the kernel does this
+    /// itself, with a setattr; a direct-I/O write reaches the server without
+    /// it, so the server does it here, when the kernel asks
+    /// (FUSE_WRITE_KILL_SUIDGID) or, with `direct_io`, for any writer but
+    /// root (the kernel negotiates the flag only with killpriv v2, whose
+    /// truncate variant fuser's setattr cannot honour).
+    fn kill_suid_sgid(&self, ino: u64) -> Result<(), VfsError> {
+        let perm = self.vfs.getattr(ino)?.perm;
+        let mut clear = libc::S_ISUID;
+        if perm & libc::S_IXGRP != 0 {
+            clear |= libc::S_ISGID;
+        }
+        if perm & clear == 0 {
+            return Ok(());
+        }
+        let a = SetAttr {
+            perm: Some(perm & !clear & 0o7777),
+            ..SetAttr::default()
+        };
+        self.vfs.setattr(ino, &a).map(|_| ())
+    }
+
     fn entry(&self, r: Result<Attr, VfsError>, reply: ReplyEntry) {
         match r {
             Ok(a) => reply.entry(&self.opts.attr_ttl, &fattr(&a), Generation(0)),
@@ -288,6 +313,9 @@ impl Filesystem for MasseFs {
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
         let _ = config.add_capabilities(InitFlags::FUSE_MAX_PAGES);
         let _ = config.set_max_readahead(1 << 20);
+        // With FOPEN_DIRECT_IO, shared mmap (read-only ones too) is refused
+        // unless the kernel may serve it from its page cache beside direct I/O.
+        let _ = config.add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         Ok(())
     }
 
@@ -554,17 +582,24 @@ impl Filesystem for MasseFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let t = Instant::now();
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            || (self.opts.direct_io && req.uid() != 0);
+        if kill {
+            if let Err(e) = self.kill_suid_sgid(ino.0) {
+                return reply.error(errno(&e));
+            }
+        }
         // O_APPEND: the file layer appends at its own end of file, under the inode's
         // lock, so concurrent appenders never overwrite each other.
         let r = if flags.0 & libc::O_APPEND != 0 {
