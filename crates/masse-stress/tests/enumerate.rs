@@ -103,6 +103,13 @@ fn a_batch_across_a_band_boundary_then_gc_of_its_end() {
     enumerate("batch-band-gc", |_| {});
 }
 
+/// Multi-slot records, early seals, GC freeing their bands, and the
+/// continued runs after torn bursts (issue 44's histories).
+#[test]
+fn multi_slot_records_early_seals_and_gc_histories() {
+    enumerate("multi-slot", |_| {});
+}
+
 #[test]
 fn capacity_only_seals() {
     enumerate("seal", |_| {});

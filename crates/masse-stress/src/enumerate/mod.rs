@@ -312,12 +312,7 @@ pub fn variants(unsynced: &[BlockId], torn: &Torn, rng: &mut Rng) -> Vec<BTreeSe
             .collect();
     }
     let mut out = vec![all, BTreeSet::new()];
-    out.extend(
-        unsynced
-            .iter()
-            .take(torn.singles_upto as usize)
-            .map(|b| [*b].into_iter().collect()),
-    );
+    out.extend(singles(unsynced, torn.singles_upto as usize).map(|b| [b].into_iter().collect()));
     for _ in 0..torn.random {
         out.push(
             unsynced
@@ -328,6 +323,24 @@ pub fn variants(unsynced: &[BlockId], torn: &Torn, rng: &mut Rng) -> Vec<BTreeSe
         );
     }
     out
+}
+
+/// The blocks lost alone at a crash point: the first `upto` unsynced blocks,
+/// and always the first and last of each device. A burst's edges are where
+/// a single lost block matters most: the open segment's rewritten tail
+/// before the burst's new segments, and the pad's wrap marker at the ring's
+/// end, written just before the next lap's first batch (issue 44 found that
+/// CI-sized runs never lost the marker alone).
+fn singles(unsynced: &[BlockId], upto: usize) -> impl Iterator<Item = BlockId> + '_ {
+    let mut edges = BTreeSet::new();
+    for dev in unsynced.iter().map(|b| b.0).collect::<BTreeSet<_>>() {
+        let mut on = unsynced.iter().filter(|b| b.0 == dev);
+        edges.extend(on.next());
+        edges.extend(on.next_back());
+    }
+    let first: BTreeSet<BlockId> = unsynced.iter().take(upto).copied().collect();
+    let extra: Vec<BlockId> = edges.difference(&first).copied().collect();
+    unsynced.iter().take(upto).copied().chain(extra)
 }
 
 /// How long opening and checking one crash state may take before it counts
@@ -754,17 +767,25 @@ fn report_failures(
 }
 
 /// Crash states a first run continues from: evenly spaced crash points, each
-/// with all unsynced blocks lost, none lost, or a random subset lost.
+/// with all unsynced blocks lost, none lost, or a random subset lost; and as
+/// many **torn** ones: crash points inside a burst of several unsynced
+/// blocks, with only its first (or, every other pick, its last) block lost.
+/// A torn burst's judgement must hold through the history that follows
+/// (the follow-up's GC frees bands, then more crashes): the histories of
+/// issue 44.
 fn double_picks(rec: &Recorded, cfg: &EnumConfig) -> Vec<(usize, BTreeSet<BlockId>)> {
     let pts = crash_points(rec, false, 1);
     let n = cfg.double_crashes.min(pts.len());
     let mut rng = Rng::new(cfg.seed ^ 0xd0b1e);
-    (0..n)
+    let unsynced_at = |k: usize| {
+        let mut rp = Replayer::new(&rec.base);
+        rec.events[..k].iter().for_each(|e| rp.apply(e));
+        rp.unsynced()
+    };
+    let mut picks: Vec<(usize, BTreeSet<BlockId>)> = (0..n)
         .map(|j| {
             let k = pts[(j + 1) * pts.len() / (n + 1)];
-            let mut rp = Replayer::new(&rec.base);
-            rec.events[..k].iter().for_each(|e| rp.apply(e));
-            let u = rp.unsynced();
+            let u = unsynced_at(k);
             let lost = match j % 3 {
                 0 => u.into_iter().collect(),
                 1 => BTreeSet::new(),
@@ -772,7 +793,19 @@ fn double_picks(rec: &Recorded, cfg: &EnumConfig) -> Vec<(usize, BTreeSet<BlockI
             };
             (k, lost)
         })
-        .collect()
+        .collect();
+    let bursts: Vec<(usize, Vec<BlockId>)> = pts
+        .iter()
+        .map(|&k| (k, unsynced_at(k)))
+        .filter(|(_, u)| u.len() >= 2)
+        .collect();
+    let m = cfg.double_crashes.min(bursts.len());
+    picks.extend((0..m).map(|j| {
+        let (k, u) = &bursts[(j + 1) * bursts.len() / (m + 1)];
+        let one = if j % 2 == 0 { u[0] } else { u[u.len() - 1] };
+        (*k, [one].into_iter().collect())
+    }));
+    picks
 }
 
 /// Continues a first run from the crash state (`k`, `lost`): opens it on

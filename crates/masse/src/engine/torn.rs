@@ -197,3 +197,120 @@ impl<'l> Tears<'l> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::scanner::Source;
+    use crate::format::{Codec, Geometry, Mode};
+
+    const E: u64 = 7 << 40; // segments of epoch 7
+
+    fn layout() -> Layout {
+        Layout::new(
+            Geometry {
+                mode: Mode::CapacityOnly,
+                segment_size: 32 << 10,
+                band_size: 4096 + 8 * (32 << 10),
+                band_header_size: 4096,
+                iu: 4096,
+                bands_per_device: vec![8],
+                pad_offset: 0,
+                pad_size: 0,
+                ckpt_offset: 0,
+                ckpt_slot_size: 0,
+                data_start: 1 << 20,
+                has_fast: false,
+            },
+            Codec::V4,
+        )
+    }
+
+    fn seg(seq: u64, slot: u64, prev: Option<(u32, u32)>) -> Segment<'static> {
+        Segment {
+            slot,
+            nslots: 1,
+            seq,
+            entries: Vec::new(),
+            used: 1000,
+            source: Source::Summary,
+            prev_end: prev.map_or(0, |p| p.1),
+            prev_band: prev.map(|p| p.0),
+            data: &[],
+        }
+    }
+
+    fn tears(l: &Layout, first: Vec<Option<u64>>, freed_max: u64) -> Tears<'_> {
+        let n = first.len();
+        let facts = BandFacts {
+            first,
+            start_slot: vec![0; n],
+            freed_max,
+        };
+        Tears::new(l, true, facts)
+    }
+
+    #[test]
+    fn a_shorter_predecessor_is_a_tear_and_voids_the_rest_of_its_epoch() {
+        let l = layout();
+        let mut t = tears(&l, vec![Some(E); 2], 0);
+        assert_eq!(t.segment(0, &seg(E, 0, None)), None);
+        assert_eq!(t.segment(0, &seg(E + 1, 1, Some((0, 2000)))), Some(true));
+        assert_eq!(t.segment(1, &seg(E + 2, 0, Some((0, 1000)))), Some(false));
+        // The next run (another epoch) is not part of the tear.
+        assert_eq!(t.segment(1, &seg((8 << 40) + 5, 1, None)), None);
+        assert_eq!(t.voided, vec![(0, 1, 1), (1, 0, 1)]);
+    }
+
+    #[test]
+    fn a_predecessor_in_a_band_gc_freed_is_no_tear() {
+        let l = layout();
+        // Band 1 held E+1 and is free; a FREE stamp covers E+2.
+        let mut t = tears(&l, vec![Some(E), None, Some(E + 2)], E + 2);
+        t.segment(0, &seg(E, 0, None));
+        assert_eq!(t.segment(2, &seg(E + 2, 0, Some((1, 1000)))), None);
+        // Without the stamp, a free band means its IN_USE header never landed.
+        let mut t = tears(&l, vec![Some(E), None, Some(E + 2)], E + 1);
+        t.segment(0, &seg(E, 0, None));
+        assert_eq!(t.segment(2, &seg(E + 2, 0, Some((1, 1000)))), Some(true));
+    }
+
+    #[test]
+    fn a_predecessor_band_reused_since_is_no_tear() {
+        let l = layout();
+        let mut t = tears(&l, vec![Some(E), Some(E + 9), Some(E + 2)], 0);
+        t.segment(0, &seg(E, 0, None));
+        assert_eq!(t.segment(2, &seg(E + 2, 0, Some((1, 1000)))), None);
+    }
+
+    #[test]
+    fn a_predecessor_missing_from_its_incarnation_is_a_tear() {
+        let l = layout();
+        // Band 0 holds E..; E+1 should have followed E there.
+        let mut t = tears(&l, vec![Some(E), Some(E + 2)], 0);
+        t.segment(0, &seg(E, 0, None));
+        assert_eq!(t.segment(1, &seg(E + 2, 0, Some((0, 1000)))), Some(true));
+        // In the same band: a blank slot before it is a tear, damage is not.
+        let mut t = tears(&l, vec![Some(E)], 0);
+        t.segment(0, &seg(E, 0, None));
+        t.gap(false);
+        assert_eq!(t.segment(0, &seg(E + 2, 2, Some((0, 1000)))), None);
+        let mut t = tears(&l, vec![Some(E)], 0);
+        t.segment(0, &seg(E, 0, None));
+        t.gap(true);
+        assert_eq!(t.segment(0, &seg(E + 2, 2, Some((0, 1000)))), Some(true));
+    }
+
+    #[test]
+    fn pools_with_a_pad_are_never_judged() {
+        let l = layout();
+        let facts = BandFacts {
+            first: vec![Some(E)],
+            start_slot: vec![0],
+            freed_max: 0,
+        };
+        let mut t = Tears::new(&l, false, facts);
+        t.segment(0, &seg(E, 0, None));
+        assert_eq!(t.segment(0, &seg(E + 1, 1, Some((0, 2000)))), None);
+    }
+}
