@@ -68,7 +68,10 @@ fn tear_batch(db: Db, dev: &Scripted) {
         b.put(&k("b", i), &value(100 + i, 0, V)).expect("batch");
     }
     dev.syncs_left.store(0, SeqCst);
-    assert!(db.write(b).is_err(), "the batch was acknowledged without a sync");
+    assert!(
+        db.write(b).is_err(),
+        "the batch was acknowledged without a sync"
+    );
     drop(db);
     let at = find_bytes(&dev.mem, &value(100, 0, V)).expect("b0 on the device") & !4095;
     dev.mem.power_cut_with(|off| off != at);
@@ -88,7 +91,11 @@ fn expect_no_batch(db: &Db) {
 fn expect_quiet(db: &Db) {
     let st = db.stats();
     assert_eq!(st.corruptions, 0, "{:?}", st.recovery_warnings);
-    assert!(st.recovery_warnings.is_empty(), "{:?}", st.recovery_warnings);
+    assert!(
+        st.recovery_warnings.is_empty(),
+        "{:?}",
+        st.recovery_warnings
+    );
 }
 
 fn band_state(db: &Db, band: u32) -> &'static str {
@@ -185,7 +192,10 @@ fn a_band_gc_freed_after_an_early_seal_is_not_a_tear() {
     expect_all(&db, "c", 0..15, 1);
     expect_all(&db, "c", 15..16, 0);
     expect_all(&db, "d", 0..3, 0);
-    assert_eq!(db.get(b"R").expect("get").as_deref(), Some(&b"small now"[..]));
+    assert_eq!(
+        db.get(b"R").expect("get").as_deref(),
+        Some(&b"small now"[..])
+    );
     expect_quiet(&db);
     db.close().expect("close");
 }
@@ -194,7 +204,11 @@ fn a_band_gc_freed_after_an_early_seal_is_not_a_tear() {
 fn pad_head(db: &Db) -> u64 {
     let s = db.debug_state();
     let at = s.find("pad head ").expect("pad state") + "pad head ".len();
-    s[at..].split(' ').next().and_then(|x| x.parse().ok()).expect("pad head")
+    s[at..]
+        .split(' ')
+        .next()
+        .and_then(|x| x.parse().ok())
+        .expect("pad head")
 }
 
 /// Issue 44, defect 4 (tiered): the wrap marker at the ring's end and the
@@ -223,7 +237,7 @@ fn a_lost_wrap_marker_is_not_pad_damage() {
     }
     let marker = marker.expect("the pad never wrapped");
     drop(db); // crash right after the pair
-    // The marker never landed; that end of the ring was never written before.
+              // The marker never landed; that end of the ring was never written before.
     let fast = p.fast.as_ref().expect("fast");
     let blk = masse::device::AlignedBuf::new(4096);
     fast.write_at(&blk, base + marker % size).expect("write");
@@ -232,7 +246,11 @@ fn a_lost_wrap_marker_is_not_pad_damage() {
     let db = Db::open(&p.config(), o).expect("recover");
     let st = db.stats();
     assert_eq!(st.corruptions, 0, "{:?}", st.recovery_warnings);
-    assert!(st.recovery_warnings.is_empty(), "{:?}", st.recovery_warnings);
+    assert!(
+        st.recovery_warnings.is_empty(),
+        "{:?}",
+        st.recovery_warnings
+    );
     assert!(
         st.recovery_notes.iter().any(|n| n.contains("wrap marker")),
         "{:?}",
