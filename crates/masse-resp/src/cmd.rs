@@ -7,7 +7,7 @@ use crate::proto::{Args, Out};
 use crate::server::{Config, ServerStats, StopHandle};
 use crate::table::{self, Spec};
 use masse::Db;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,6 +18,9 @@ pub(crate) struct Ctx {
     pub stats: Arc<ServerStats>,
     pub stripes: Stripes,
     pub stop: StopHandle,
+    /// Set once the server is stopping: a batch in progress stops at its next
+    /// command (the client is closed), so a stop never waits on a long pipeline.
+    pub stopping: Arc<AtomicBool>,
     pub started: Instant,
     /// Addresses listened on, for INFO and CONFIG GET.
     pub listening: Vec<String>,
@@ -88,7 +91,7 @@ pub(crate) fn unknown_sub(out: &mut Out, cmd: &str, sub: &[u8]) {
 ///
 /// Stops early once `out` holds more than `out_limit` bytes (a client pipelining
 /// large reads), returning how many commands ran: the rest wait until the client
-/// has taken its replies.
+/// has taken its replies; and before any command once the server is stopping.
 pub(crate) fn run_batch(
     ctx: &Ctx,
     cl: &mut Client,
@@ -98,6 +101,9 @@ pub(crate) fn run_batch(
 ) -> (After, usize) {
     let mut i = 0;
     while i < cmds.len() && (i == 0 || out.buf.len() <= out_limit) {
+        if ctx.stopping.load(Relaxed) {
+            break;
+        }
         if cl.authed {
             let (n, name) = match crate::data::set_run(ctx, out, &cmds[i..]) {
                 0 => (crate::data::get_run(ctx, out, &cmds[i..]), "get"),

@@ -279,6 +279,7 @@ impl Server {
             stats: self.stats.clone(),
             stripes: Stripes::default(),
             stop: self.stop.clone(),
+            stopping: Arc::new(AtomicBool::new(false)),
             started: Instant::now(),
             listening: self.names.clone(),
             port: self.port,
@@ -628,7 +629,7 @@ impl EventLoop {
         let waker = Arc::new(Waker::new(reg, WAKE).map_err(ioe("epoll"))?);
         let (jtx, jrx) = crossbeam_channel::unbounded::<(Box<Conn>, Vec<Args>)>();
         let (dtx, drx) = crossbeam_channel::unbounded::<Box<Conn>>();
-        let stopping = Arc::new(AtomicBool::new(false));
+        let stopping = ctx.stopping.clone();
         let mut workers = Vec::new();
         for i in 0..ctx.cfg.workers {
             let (ctx, jrx, dtx, waker, stopping) = (
