@@ -21,6 +21,8 @@ pub(crate) struct Ctx {
     /// Set once the server is stopping: a batch in progress stops at its next
     /// command (the client is closed), so a stop never waits on a long pipeline.
     pub stopping: Arc<AtomicBool>,
+    /// When the last failed AUTH's reply is released (server-wide pacing).
+    pub auth_gate: parking_lot::Mutex<Option<Instant>>,
     pub started: Instant,
     /// Addresses listened on, for INFO and CONFIG GET.
     pub listening: Vec<String>,
@@ -41,6 +43,10 @@ pub(crate) struct Client {
     pub last_cmd: String,
     pub lib_name: Vec<u8>,
     pub lib_ver: Vec<u8>,
+    /// Failed AUTHs on this connection.
+    pub auth_failures: u32,
+    /// An AUTH failed in the batch just run: the server holds the reply.
+    pub auth_failed: bool,
 }
 
 /// What the connection does after a batch of commands.
@@ -210,6 +216,8 @@ fn check_auth(ctx: &Ctx, cl: &mut Client, user: &[u8], pass: &[u8]) -> Result<()
     };
     if user != b"default" || !same(pass, want) {
         ctx.stats.auth_failures.fetch_add(1, Relaxed);
+        cl.auth_failures += 1;
+        cl.auth_failed = true;
         return Err("WRONGPASS invalid username-password pair or user is disabled.");
     }
     cl.authed = true;

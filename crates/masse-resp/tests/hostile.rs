@@ -86,3 +86,122 @@ fn a_pipeline_of_expensive_scans_does_not_block_stopping() {
     println!("stop with 1000 such SCANs pipelined: {stopped:?}");
     assert!(stopped.is_some_and(|d| d < Duration::from_secs(5)), "{stopped:?}");
 }
+
+/// `--timeout 2`: a client dripping one byte every 300 ms into an endless bulk
+/// string has sent no whole command, so it is idle and closed (it used to count
+/// every byte as activity and stay forever).
+#[test]
+fn a_byte_dripping_client_is_closed_by_the_idle_timeout() {
+    let s = Running::start(Config {
+        idle_timeout: Some(Duration::from_secs(2)),
+        ..Config::default()
+    });
+    let mut c = s.client();
+    c.r.get_mut()
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    c.send_raw(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1000000\r\n");
+    let t = Instant::now();
+    let mut closed = None;
+    let mut b = [0u8; 64];
+    while t.elapsed() < Duration::from_secs(10) {
+        use std::io::{Read, Write};
+        if c.r.get_mut().write_all(b"x").is_err() {
+            closed = Some(t.elapsed());
+            break;
+        }
+        match c.r.get_mut().read(&mut b) {
+            Ok(0) => {
+                closed = Some(t.elapsed());
+                break;
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => {
+                closed = Some(t.elapsed());
+                break;
+            }
+        }
+    }
+    println!("byte-per-300-ms client with --timeout 2: closed after {closed:?}");
+    assert!(closed.is_some_and(|d| d < Duration::from_secs(5)), "{closed:?}");
+    // A client sending whole commands more often than the timeout stays.
+    let mut good = s.client();
+    for _ in 0..4 {
+        assert_eq!(good.cmd(&["PING"]), "+PONG\r\n");
+        std::thread::sleep(Duration::from_millis(800));
+    }
+    assert_eq!(good.cmd(&["PING"]), "+PONG\r\n");
+}
+
+fn with_password() -> Running {
+    Running::start(Config {
+        password: Some(b"sesame".to_vec()),
+        ..Config::default()
+    })
+}
+
+/// Wrong passwords: each reply is held back, a connection is closed after 5, and
+/// the failures are counted; many connections together are paced server-wide.
+#[test]
+fn password_guessing_is_slowed_and_cut_off() {
+    let s = with_password();
+    let mut c = s.client();
+    let wrong = encode(&[b"AUTH", b"guess"]);
+    let t = Instant::now();
+    c.send_raw(&wrong.repeat(1000));
+    let all = c.until_closed();
+    let took = t.elapsed();
+    let n = all.matches("-WRONGPASS").count();
+    println!("1000 pipelined wrong AUTHs on one connection: {n} answered, then closed, in {took:?}");
+    assert_eq!(n, 5, "{all}");
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    // 16 connections guessing in parallel, reconnecting when cut off, for 2 s.
+    let addr = s.addr;
+    let t = Instant::now();
+    let threads: Vec<_> = (0..16)
+        .map(|_| {
+            let wrong = wrong.clone();
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while t.elapsed() < Duration::from_secs(2) {
+                    let mut c = Client::connect(addr);
+                    c.send_raw(&wrong.repeat(5));
+                    n += c.until_closed().matches("-WRONGPASS").count();
+                }
+                n
+            })
+        })
+        .collect();
+    let total: usize = threads.into_iter().map(|h| h.join().expect("guesser")).sum();
+    let rate = total as f64 / t.elapsed().as_secs_f64();
+    println!("16 connections guessing: {total} answers in {:?}, {rate:.0} guesses/s", t.elapsed());
+    assert!(rate < 150.0, "{rate} guesses/s");
+    let mut ok = s.client();
+    assert_eq!(ok.cmd(&["AUTH", "sesame"]), "+OK\r\n");
+    let info = ok.cmd(&["INFO", "stats"]);
+    assert!(info.contains(&format!("auth_failures:{}", total + 5)), "{info}");
+    assert!(info.contains("auth_disconnects:"), "{info}");
+}
+
+/// Protected mode on a dual-stack `[::]` listener: 127.0.0.1 arrives as
+/// ::ffff:127.0.0.1 and is still this machine. CONFIG GET says the setting.
+#[test]
+fn protected_mode_knows_v4_mapped_loopback_and_says_so() {
+    let Ok(probe) = std::net::TcpListener::bind("[::]:0") else {
+        eprintln!("NOTICE: no IPv6 here; skipping");
+        return;
+    };
+    drop(probe);
+    let s = Running::start_on(Config::default(), "[::]:0");
+    let v4 = std::net::SocketAddr::from(([127, 0, 0, 1], s.addr.port()));
+    let mut c = Client::connect(v4);
+    assert_eq!(c.cmd(&["PING"]), "+PONG\r\n");
+    let r = c.cmd(&["CONFIG", "GET", "protected-mode"]);
+    assert!(r.ends_with("$3\r\nyes\r\n"), "{r}");
+    let p = with_password();
+    let mut c = p.client();
+    assert_eq!(c.cmd(&["AUTH", "sesame"]), "+OK\r\n");
+    let r = c.cmd(&["CONFIG", "GET", "protected-mode"]);
+    assert!(r.ends_with("$3\r\nyes\r\n"), "protected mode is still set with a password: {r}");
+}
