@@ -204,7 +204,7 @@ pub fn run(a: &RespArgs) -> CliResult<i32> {
     let mut m = crate::metrics::Metrics::new();
     m.engine(slot.clone());
     resp_metrics(&mut m, &stats);
-    let metrics = crate::metrics::start(a.metrics.addr.as_deref(), m)?;
+    let metrics = crate::metrics::start(&a.metrics, m)?;
     for w in &where_ {
         println!("listening on {w}");
     }
