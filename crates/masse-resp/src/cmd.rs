@@ -111,8 +111,11 @@ pub(crate) fn run_batch(
             break;
         }
         if cl.authed {
+            // A run of GETs may go past the output limit by one value at most, as
+            // a single command may.
+            let room = (out_limit + masse::MAX_VALUE_LEN).saturating_sub(out.buf.len());
             let (n, name) = match crate::data::set_run(ctx, out, &cmds[i..]) {
-                0 => (crate::data::get_run(ctx, out, &cmds[i..]), "get"),
+                0 => (crate::data::get_run(ctx, out, &cmds[i..], room), "get"),
                 n => (n, "set"),
             };
             if n > 0 {
@@ -293,7 +296,17 @@ fn hello(ctx: &Ctx, cl: &mut Client, out: &mut Out, a: &Args) {
     out.array(0);
 }
 
+/// Longest client name, lib-name or lib-ver. Redis has no limit; here each is
+/// kept per connection for its lifetime, so 10,000 clients with 2 MiB names would
+/// hold 20 GB: names are identifiers, 1 KiB is plenty.
+pub const MAX_CLIENT_NAME: usize = 1024;
+
+const NAME_TOO_LONG: &str = "ERR Client names, lib-name and lib-ver are limited to 1024 bytes by masse.";
+
 fn valid_name(n: &[u8]) -> Result<(), &'static str> {
+    if n.len() > MAX_CLIENT_NAME {
+        return Err(NAME_TOO_LONG);
+    }
     if n.iter().any(|&c| !(b'!'..=b'~').contains(&c)) {
         return Err("ERR Client names cannot contain spaces, newlines or special characters.");
     }
@@ -321,6 +334,7 @@ fn client(ctx: &Ctx, cl: &mut Client, out: &mut Out, a: &Args) {
                 cl.lib_ver = a[3].clone();
                 out.ok()
             }
+            b"lib-name" | b"lib-ver" if a[3].len() > MAX_CLIENT_NAME => out.err(NAME_TOO_LONG),
             b"lib-name" | b"lib-ver" => out.err(
                 "ERR lib-name and lib-ver cannot contain spaces, newlines or special characters.",
             ),

@@ -82,10 +82,14 @@ pub(crate) fn set_run(ctx: &Ctx, out: &mut Out, cmds: &[Args]) -> usize {
 
 /// Answers the leading run of plain `GET key` commands of `cmds` with one
 /// `Db::get_many` (their device reads go out together); returns how many it took.
-pub(crate) fn get_run(ctx: &Ctx, out: &mut Out, cmds: &[Args]) -> usize {
+pub(crate) fn get_run(ctx: &Ctx, out: &mut Out, cmds: &[Args], room: usize) -> usize {
+    // Checked before the values are read, not after: the run holds its values and
+    // their replies at once, so it reads only as many as fit `room` at the largest
+    // value size (32 GETs of 2 MiB used to add 128 MiB to a client that never read).
+    let fit = room / (MAX_VALUE_LEN + 32);
     let n = cmds
         .iter()
-        .take(GET_RUN)
+        .take(GET_RUN.min(fit))
         .take_while(|a| {
             a.len() == 2 && a[0].eq_ignore_ascii_case(b"get") && key_error(&a[1]).is_none()
         })

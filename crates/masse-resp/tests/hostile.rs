@@ -205,3 +205,22 @@ fn protected_mode_knows_v4_mapped_loopback_and_says_so() {
     let r = c.cmd(&["CONFIG", "GET", "protected-mode"]);
     assert!(r.ends_with("$3\r\nyes\r\n"), "protected mode is still set with a password: {r}");
 }
+
+/// A client name is kept for the connection's life: names over 1 KiB are refused
+/// (a 2 MiB name used to be kept per connection).
+#[test]
+fn client_names_are_bounded() {
+    let s = Running::start(Config::default());
+    let mut c = s.client();
+    let ok = "n".repeat(1024);
+    assert_eq!(c.cmd(&["CLIENT", "SETNAME", &ok]), "+OK\r\n");
+    let long = "n".repeat(1025);
+    let e = "-ERR Client names, lib-name and lib-ver are limited to 1024 bytes by masse.\r\n";
+    assert_eq!(c.cmd(&["CLIENT", "SETNAME", &long]), e);
+    assert_eq!(c.cmd(&["CLIENT", "SETINFO", "LIB-NAME", &long]), e);
+    assert_eq!(c.cmd(&["CLIENT", "SETINFO", "LIB-VER", &long]), e);
+    assert!(c.cmd(&["HELLO", "2", "SETNAME", &long]).starts_with("-ERR Client names, lib-name"));
+    assert_eq!(c.cmd(&["CLIENT", "GETNAME"]), format!("${}\r\n{ok}\r\n", ok.len()));
+    let big = "n".repeat(1 << 20);
+    assert_eq!(c.cmd(&["CLIENT", "SETNAME", &big]), e);
+}
