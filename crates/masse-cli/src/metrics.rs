@@ -11,13 +11,13 @@
 //! its face's figures with one call per family ([`Metrics::counters`],
 //! [`Metrics::gauges`]), and starts the server with [`start`].
 
+use crate::metrics_http::{HttpServer, Reply, Request};
 use masse::Db;
 use parking_lot::RwLock;
 use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };
 use prometheus::{Encoder, TextEncoder};
-use crate::metrics_http::{HttpServer, Reply, Request};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -283,7 +283,10 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 
 fn handle(m: &Metrics, token: Option<&str>, r: &Request) -> Reply {
     if let Some(t) = token {
-        let given = r.authorization.as_deref().and_then(|a| a.strip_prefix("Bearer "));
+        let given = r
+            .authorization
+            .as_deref()
+            .and_then(|a| a.strip_prefix("Bearer "));
         if !given.is_some_and(|g| same(g.trim().as_bytes(), t.as_bytes())) {
             let mut rep = Reply::text(401, "unauthorized: send Authorization: Bearer <token>\n");
             rep.headers = "WWW-Authenticate: Bearer realm=\"masse\"\r\n".into();

@@ -328,7 +328,11 @@ fn devices(o: &mut Fams, s: &Stats, paths: bool) {
             .iter()
             .enumerate()
             .map(|(i, d)| {
-                let name = if paths { d.path.clone() } else { format!("dev{i}") };
+                let name = if paths {
+                    d.path.clone()
+                } else {
+                    format!("dev{i}")
+                };
                 row(&[("device", &name), ("role", d.role)], pick(d))
             })
             .collect();

@@ -246,7 +246,12 @@ pub fn read_request(s: &mut impl ReadTimeout, deadline: Instant) -> Result<Reque
         match s.read(&mut buf[len..]) {
             Ok(0) => return Err(ReadError::Malformed),
             Ok(n) => len += n,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 return Err(ReadError::Timeout)
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}

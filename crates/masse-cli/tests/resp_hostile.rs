@@ -230,7 +230,10 @@ fn non_reading_pipeliners_cost_bounded_memory() {
             })
         })
         .collect();
-    let held: Vec<(TcpStream, usize)> = clients.into_iter().map(|h| h.join().expect("client")).collect();
+    let held: Vec<(TcpStream, usize)> = clients
+        .into_iter()
+        .map(|h| h.join().expect("client"))
+        .collect();
     // The peak over 3 s: the server may still be answering what it read.
     let grew = (0..30)
         .map(|_| {
@@ -243,8 +246,15 @@ fn non_reading_pipeliners_cost_bounded_memory() {
     let t = healthy(port);
     let sent: usize = held.iter().map(|h| h.1).sum();
     println!("20 non-reading pipeliners: {sent} GETs of 2 MiB sent; server RSS +{} MiB; good round trip {t:?}", grew >> 10);
-    assert!(grew < 512 << 10, "20 non-reading clients grew the server by {} MiB", grew >> 10);
+    assert!(
+        grew < 512 << 10,
+        "20 non-reading clients grew the server by {} MiB",
+        grew >> 10
+    );
     drop(held);
     std::thread::sleep(Duration::from_millis(500));
-    println!("after they left: RSS +{} MiB", rss_kib(pid).saturating_sub(rss0) >> 10);
+    println!(
+        "after they left: RSS +{} MiB",
+        rss_kib(pid).saturating_sub(rss0) >> 10
+    );
 }

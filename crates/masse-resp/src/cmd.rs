@@ -301,7 +301,8 @@ fn hello(ctx: &Ctx, cl: &mut Client, out: &mut Out, a: &Args) {
 /// hold 20 GB: names are identifiers, 1 KiB is plenty.
 pub const MAX_CLIENT_NAME: usize = 1024;
 
-const NAME_TOO_LONG: &str = "ERR Client names, lib-name and lib-ver are limited to 1024 bytes by masse.";
+const NAME_TOO_LONG: &str =
+    "ERR Client names, lib-name and lib-ver are limited to 1024 bytes by masse.";
 
 fn valid_name(n: &[u8]) -> Result<(), &'static str> {
     if n.len() > MAX_CLIENT_NAME {

@@ -76,7 +76,11 @@ fn add_span(set: &mut ByteSet, a: usize, b: usize) {
         let (lo, hi) = (a.max(w * 64), b.min(w * 64 + 63));
         if lo <= hi {
             let n = hi - lo + 1;
-            let m = if n == 64 { !0 } else { ((1u64 << n) - 1) << (lo - w * 64) };
+            let m = if n == 64 {
+                !0
+            } else {
+                ((1u64 << n) - 1) << (lo - w * 64)
+            };
             *word |= m;
         }
     }

@@ -84,7 +84,10 @@ fn a_pipeline_of_expensive_scans_does_not_block_stopping() {
     std::thread::sleep(Duration::from_millis(500));
     let stopped = stop_within(s, Duration::from_secs(10));
     println!("stop with 1000 such SCANs pipelined: {stopped:?}");
-    assert!(stopped.is_some_and(|d| d < Duration::from_secs(5)), "{stopped:?}");
+    assert!(
+        stopped.is_some_and(|d| d < Duration::from_secs(5)),
+        "{stopped:?}"
+    );
 }
 
 /// `--timeout 2`: a client dripping one byte every 300 ms into an endless bulk
@@ -124,7 +127,10 @@ fn a_byte_dripping_client_is_closed_by_the_idle_timeout() {
         }
     }
     println!("byte-per-300-ms client with --timeout 2: closed after {closed:?}");
-    assert!(closed.is_some_and(|d| d < Duration::from_secs(5)), "{closed:?}");
+    assert!(
+        closed.is_some_and(|d| d < Duration::from_secs(5)),
+        "{closed:?}"
+    );
     // A client sending whole commands more often than the timeout stays.
     let mut good = s.client();
     for _ in 0..4 {
@@ -153,7 +159,9 @@ fn password_guessing_is_slowed_and_cut_off() {
     let all = c.until_closed();
     let took = t.elapsed();
     let n = all.matches("-WRONGPASS").count();
-    println!("1000 pipelined wrong AUTHs on one connection: {n} answered, then closed, in {took:?}");
+    println!(
+        "1000 pipelined wrong AUTHs on one connection: {n} answered, then closed, in {took:?}"
+    );
     assert_eq!(n, 5, "{all}");
     assert!(took >= Duration::from_millis(900), "{took:?}");
     // 16 connections guessing in parallel, reconnecting when cut off, for 2 s.
@@ -173,14 +181,23 @@ fn password_guessing_is_slowed_and_cut_off() {
             })
         })
         .collect();
-    let total: usize = threads.into_iter().map(|h| h.join().expect("guesser")).sum();
+    let total: usize = threads
+        .into_iter()
+        .map(|h| h.join().expect("guesser"))
+        .sum();
     let rate = total as f64 / t.elapsed().as_secs_f64();
-    println!("16 connections guessing: {total} answers in {:?}, {rate:.0} guesses/s", t.elapsed());
+    println!(
+        "16 connections guessing: {total} answers in {:?}, {rate:.0} guesses/s",
+        t.elapsed()
+    );
     assert!(rate < 150.0, "{rate} guesses/s");
     let mut ok = s.client();
     assert_eq!(ok.cmd(&["AUTH", "sesame"]), "+OK\r\n");
     let info = ok.cmd(&["INFO", "stats"]);
-    assert!(info.contains(&format!("auth_failures:{}", total + 5)), "{info}");
+    assert!(
+        info.contains(&format!("auth_failures:{}", total + 5)),
+        "{info}"
+    );
     assert!(info.contains("auth_disconnects:"), "{info}");
 }
 
@@ -203,7 +220,10 @@ fn protected_mode_knows_v4_mapped_loopback_and_says_so() {
     let mut c = p.client();
     assert_eq!(c.cmd(&["AUTH", "sesame"]), "+OK\r\n");
     let r = c.cmd(&["CONFIG", "GET", "protected-mode"]);
-    assert!(r.ends_with("$3\r\nyes\r\n"), "protected mode is still set with a password: {r}");
+    assert!(
+        r.ends_with("$3\r\nyes\r\n"),
+        "protected mode is still set with a password: {r}"
+    );
 }
 
 /// A client name is kept for the connection's life: names over 1 KiB are refused
@@ -219,8 +239,13 @@ fn client_names_are_bounded() {
     assert_eq!(c.cmd(&["CLIENT", "SETNAME", &long]), e);
     assert_eq!(c.cmd(&["CLIENT", "SETINFO", "LIB-NAME", &long]), e);
     assert_eq!(c.cmd(&["CLIENT", "SETINFO", "LIB-VER", &long]), e);
-    assert!(c.cmd(&["HELLO", "2", "SETNAME", &long]).starts_with("-ERR Client names, lib-name"));
-    assert_eq!(c.cmd(&["CLIENT", "GETNAME"]), format!("${}\r\n{ok}\r\n", ok.len()));
+    assert!(c
+        .cmd(&["HELLO", "2", "SETNAME", &long])
+        .starts_with("-ERR Client names, lib-name"));
+    assert_eq!(
+        c.cmd(&["CLIENT", "GETNAME"]),
+        format!("${}\r\n{ok}\r\n", ok.len())
+    );
     let big = "n".repeat(1 << 20);
     assert_eq!(c.cmd(&["CLIENT", "SETNAME", &big]), e);
 }

@@ -115,7 +115,10 @@ fn redis_class(p: &[u8], pi: &mut usize, plen: &mut usize, c: u8, nocase: bool) 
 #[test]
 fn like_redis() {
     let t = |p: &str, s: &str| matches(p.as_bytes(), s.as_bytes(), false);
-    assert!(!t("*", ""), "Redis: an empty string matches only the empty pattern");
+    assert!(
+        !t("*", ""),
+        "Redis: an empty string matches only the empty pattern"
+    );
     assert!(t("", ""));
     assert!(t("*", "anything"));
     assert!(t("key:*", "key:1"));
@@ -137,8 +140,14 @@ fn like_redis() {
     assert!(t("a[bc", "ac"), "an unterminated class ends the pattern");
     assert!(t("[a-]x", "]"), "[a-] is the range a..]");
     assert!(matches(b"SAVE", b"save", true));
-    assert!(!matches(b"[\\S]", b"s", true), "an escape in a class ignores nocase");
-    assert!(matches(b"[a-\xff]", b"\xff", false), "ranges are signed chars");
+    assert!(
+        !matches(b"[\\S]", b"s", true),
+        "an escape in a class ignores nocase"
+    );
+    assert!(
+        matches(b"[a-\xff]", b"\xff", false),
+        "ranges are signed chars"
+    );
     assert!(!matches(b"[a-\xff]", b"b", false));
     let stars = "*".repeat(50) + "x";
     assert!(!t(&stars, &"a".repeat(60)));
@@ -149,9 +158,30 @@ fn like_redis() {
 /// rare shapes (`[\\A]`, `[a-]`, unterminated `[`) come up often.
 fn pat_bytes() -> impl Strategy<Value = Vec<u8>> {
     let pieces: Vec<&'static [u8]> = vec![
-        b"a", b"b", b"A", b"*", b"?", b"[", b"]", b"^", b"-", b"\\", b"\xff",
-        b"[ab]", b"[^a]", b"[a-b]", b"[B-a]", b"[\\A]", b"[a-]", b"[^", b"\\a", b"[A-\xff]",
-        b"[\x80-b]", b"[]", b"[^]", b"**",
+        b"a",
+        b"b",
+        b"A",
+        b"*",
+        b"?",
+        b"[",
+        b"]",
+        b"^",
+        b"-",
+        b"\\",
+        b"\xff",
+        b"[ab]",
+        b"[^a]",
+        b"[a-b]",
+        b"[B-a]",
+        b"[\\A]",
+        b"[a-]",
+        b"[^",
+        b"\\a",
+        b"[A-\xff]",
+        b"[\x80-b]",
+        b"[]",
+        b"[^]",
+        b"**",
     ];
     prop::collection::vec(prop::sample::select(pieces), 0..7).prop_map(|v| v.concat())
 }
@@ -187,7 +217,10 @@ fn hostile_patterns_take_bounded_steps() {
         let mut steps = 0;
         assert!(!g.run(&key, &mut steps));
         let bound = g.max_steps(key.len());
-        println!("{} bytes of pattern vs a 1024-byte key: {steps} steps (bound {bound})", pat.len());
+        println!(
+            "{} bytes of pattern vs a 1024-byte key: {steps} steps (bound {bound})",
+            pat.len()
+        );
         assert!(steps <= bound, "{steps} > {bound}");
         assert!(steps <= 1100 * 1100, "{steps} steps");
     }
