@@ -138,7 +138,17 @@ fn huge_headers(port: u16, pid: u32) {
 /// the excess is refused, no thread per connection (it used to be 1,611 threads).
 fn partial_requests(port: u16, pid: u32) {
     use std::io::Write;
-    let before = status(pid, "Threads:");
+    // The server starts its threads (128 RESP workers, the engine's) in the
+    // background: take the baseline once their number has settled.
+    let mut before = status(pid, "Threads:");
+    for _ in 0..30 {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let now = status(pid, "Threads:");
+        if now == before {
+            break;
+        }
+        before = now;
+    }
     let t = std::time::Instant::now();
     let held: Vec<std::net::TcpStream> = (0..1500)
         .filter_map(|_| {
@@ -154,7 +164,9 @@ fn partial_requests(port: u16, pid: u32) {
         held.len(),
         t.elapsed()
     );
-    assert!(during <= before + 2, "{before} -> {during} threads");
+    // The engine may start a background thread meanwhile; a thread per
+    // connection would be +1,500.
+    assert!(during < before + 20, "{before} -> {during} threads");
     drop(held);
     // Once the partial clients are gone, scrapes are answered again.
     let t = std::time::Instant::now();
