@@ -13,6 +13,7 @@ mod machine;
 mod media_bench;
 mod metrics;
 mod metrics_engine;
+mod metrics_http;
 mod migrate;
 mod mount;
 mod place;

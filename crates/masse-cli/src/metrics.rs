@@ -11,12 +11,14 @@
 //! its face's figures with one call per family ([`Metrics::counters`],
 //! [`Metrics::gauges`]), and starts the server with [`start`].
 
+use crate::metrics_http::{HttpServer, Reply, Request};
 use masse::Db;
 use parking_lot::RwLock;
 use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };
 use prometheus::{Encoder, TextEncoder};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Upper bounds of the latency histograms, seconds: 1-1.5-2-3-5-7 per decade from
@@ -189,6 +191,8 @@ struct Family {
 pub struct Metrics {
     engine: Option<Arc<EngineSlot>>,
     faces: Vec<Family>,
+    /// Label devices with their paths (`--metrics-paths`), not dev0, dev1, ...
+    pub paths: bool,
 }
 
 impl Metrics {
@@ -240,7 +244,7 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut f = Fams::default();
         if let Some(slot) = &self.engine {
-            crate::metrics_engine::collect(&mut f, slot);
+            crate::metrics_engine::collect(&mut f, slot, self.paths);
         }
         for fam in &self.faces {
             let rows: Vec<Row> = (fam.read)()
@@ -263,67 +267,54 @@ impl Metrics {
         String::from_utf8_lossy(&out).into_owned()
     }
 
-    /// Serve `/metrics` on `addr` (port 0 picks one) from a thread until the
-    /// returned server is dropped.
-    pub fn serve(self, addr: &str) -> std::io::Result<MetricsServer> {
-        let http = tiny_http::Server::http(addr)
-            .map_err(|e| std::io::Error::other(format!("cannot listen on {addr}: {e}")))?;
-        let http = Arc::new(http);
-        let local = http
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| std::io::Error::other("not an IP listener"))?;
-        let h2 = http.clone();
-        let thread = std::thread::Builder::new()
-            .name("masse-metrics".into())
-            .spawn(move || serve_loop(&h2, &self))?;
-        Ok(MetricsServer {
-            http,
-            thread: Some(thread),
-            addr: local,
-        })
+    /// Serve `/metrics` on `addr` (port 0 picks one) until the returned server is
+    /// dropped; with a `token`, only to requests that carry it.
+    pub fn serve(self, addr: &str, token: Option<String>) -> std::io::Result<MetricsServer> {
+        let h = move |r: &Request| handle(&self, token.as_deref(), r);
+        let http = HttpServer::start(addr, Arc::new(h))?;
+        Ok(MetricsServer { http })
     }
 }
 
-fn serve_loop(http: &tiny_http::Server, m: &Metrics) {
-    for req in http.incoming_requests() {
-        let path = req.url().split('?').next().unwrap_or("").to_string();
-        let resp = match (req.method(), path.as_str()) {
-            (tiny_http::Method::Get, "/metrics") => {
-                let ct = tiny_http::Header::from_bytes("Content-Type", prometheus::TEXT_FORMAT)
-                    .expect("static header is valid");
-                tiny_http::Response::from_string(m.render()).with_header(ct)
-            }
-            (tiny_http::Method::Get, "/") => tiny_http::Response::from_string(
-                "masse: GET /metrics for the Prometheus text format\n",
-            ),
-            _ => tiny_http::Response::from_string("not found\n").with_status_code(404),
-        };
-        // A client that went away is its own problem.
-        let _ = req.respond(resp);
+/// Constant-time comparison: the time taken says nothing about a wrong token.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+fn handle(m: &Metrics, token: Option<&str>, r: &Request) -> Reply {
+    if let Some(t) = token {
+        let given = r
+            .authorization
+            .as_deref()
+            .and_then(|a| a.strip_prefix("Bearer "));
+        if !given.is_some_and(|g| same(g.trim().as_bytes(), t.as_bytes())) {
+            let mut rep = Reply::text(401, "unauthorized: send Authorization: Bearer <token>\n");
+            rep.headers = "WWW-Authenticate: Bearer realm=\"masse\"\r\n".into();
+            return rep;
+        }
+    }
+    match (r.method.as_str(), r.path.as_str()) {
+        ("GET", "/metrics") => Reply {
+            status: 200,
+            content_type: prometheus::TEXT_FORMAT,
+            body: m.render(),
+            headers: String::new(),
+        },
+        ("GET", "/") => Reply::text(200, "masse: GET /metrics for the Prometheus text format\n"),
+        ("GET", _) => Reply::text(404, "not found\n"),
+        _ => Reply::text(405, "method not allowed\n"),
     }
 }
 
 /// A running `/metrics` server; stops when dropped.
 pub struct MetricsServer {
-    http: Arc<tiny_http::Server>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    addr: std::net::SocketAddr,
+    http: HttpServer,
 }
 
 impl MetricsServer {
     /// The address actually listened on.
     pub fn addr(&self) -> std::net::SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.http.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.http.addr()
     }
 }
 
@@ -332,35 +323,89 @@ impl Drop for MetricsServer {
 pub struct MetricsArgs {
     /// Serve live figures at http://ADDR:PORT/metrics in the Prometheus text format
     /// (every engine counter, latency histograms per operation, per-device I/O, and
-    /// this command's own figures), e.g. 127.0.0.1:9187; port 0 picks a free port,
-    /// printed at start. Watch them with `masse top --metrics URL` or Prometheus.
-    /// Default: off.
+    /// this command's own figures), e.g. 127.0.0.1:9187, or just a PORT for
+    /// 127.0.0.1 (loopback: other machines need an explicit address); port 0 picks a
+    /// free port, printed at start. Watch them with `masse top --metrics URL` or
+    /// Prometheus. Requests are limited to 8 KiB and 5 s, answered by 4 threads
+    /// with 16 more connections queued (more get 503). Default: off.
     #[arg(
         long = "metrics",
-        value_name = "ADDR:PORT",
+        value_name = "[ADDR:]PORT",
         help_heading = "Monitoring"
     )]
     pub addr: Option<String>,
+
+    /// Serve /metrics only to requests with `Authorization: Bearer TOKEN`, TOKEN
+    /// being the first line of FILE (others get 401).
+    #[arg(
+        long = "metrics-token-file",
+        value_name = "FILE",
+        help_heading = "Monitoring"
+    )]
+    pub token_file: Option<PathBuf>,
+
+    /// Label per-device figures with the devices' paths. Default: dev0, dev1, ...
+    /// (in the pool's order), so a scrape does not tell the machine's disk layout.
+    #[arg(long = "metrics-paths", help_heading = "Monitoring")]
+    pub paths: bool,
 }
 
-/// Start `/metrics` on `addr` if one was given, and say where on stdout.
-pub fn start(addr: Option<&str>, m: Metrics) -> crate::error::CliResult<Option<MetricsServer>> {
-    start_on(addr, m, true)
+impl MetricsArgs {
+    /// The address to listen on: a bare port means loopback.
+    pub fn listen_addr(&self) -> Option<String> {
+        let a = self.addr.as_deref()?;
+        Some(if a.parse::<u16>().is_ok() {
+            format!("127.0.0.1:{a}")
+        } else {
+            a.to_string()
+        })
+    }
+
+    /// The bearer token, if a file was given.
+    pub fn token(&self) -> crate::error::CliResult<Option<String>> {
+        let Some(f) = &self.token_file else {
+            return Ok(None);
+        };
+        let t = std::fs::read_to_string(f).map_err(|e| {
+            crate::error::CliError::new(format!("--metrics-token-file {}: {e}", f.display()))
+        })?;
+        let line = t.lines().next().unwrap_or("").trim();
+        if line.is_empty() {
+            return Err(crate::error::CliError::new(format!(
+                "--metrics-token-file {}: the first line (the token) is empty",
+                f.display()
+            )));
+        }
+        Ok(Some(line.to_string()))
+    }
+}
+
+/// Start `/metrics` if an address was given, and say where on stdout.
+pub fn start(a: &MetricsArgs, m: Metrics) -> crate::error::CliResult<Option<MetricsServer>> {
+    start_on(a, m, true)
 }
 
 /// As [`start`]; the address goes to stderr unless `stdout` (whose output a parent
 /// process may be parsing).
 pub fn start_on(
-    addr: Option<&str>,
-    m: Metrics,
+    a: &MetricsArgs,
+    mut m: Metrics,
     stdout: bool,
 ) -> crate::error::CliResult<Option<MetricsServer>> {
-    let Some(addr) = addr else {
+    let Some(addr) = a.listen_addr() else {
         return Ok(None);
     };
+    let token = a.token()?;
+    m.paths = a.paths;
     let s = m
-        .serve(addr)
+        .serve(&addr, token.clone())
         .map_err(|e| crate::error::CliError::new(format!("--metrics {addr}: {e}")))?;
+    if !s.addr().ip().is_loopback() && token.is_none() {
+        eprintln!(
+            "masse: note: metrics on {} are readable from other machines without a token (--metrics-token-file)",
+            s.addr()
+        );
+    }
     if stdout {
         println!("metrics on http://{}/metrics", s.addr());
         let _ = std::io::Write::flush(&mut std::io::stdout());

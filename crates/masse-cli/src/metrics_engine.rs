@@ -5,8 +5,9 @@
 use crate::metrics::{latency_bounds, row, EngineSlot, Fams, HistRow, Row};
 use masse::Stats;
 
-/// Everything the engine in `slot` says now (only `pool_open 0` when it is empty).
-pub fn collect(o: &mut Fams, slot: &EngineSlot) {
+/// Everything the engine in `slot` says now (only `pool_open 0` when it is empty);
+/// devices are labelled by their paths only if `paths`.
+pub fn collect(o: &mut Fams, slot: &EngineSlot, paths: bool) {
     let guard = slot.db_read();
     let Some(db) = guard.as_ref() else {
         o.gauge("pool_open", "1 while the pool is open in this process", 0.0);
@@ -29,7 +30,7 @@ pub fn collect(o: &mut Fams, slot: &EngineSlot) {
     gc(o, &s);
     space(o, &s);
     recovery(o, &s);
-    devices(o, &s);
+    devices(o, &s, paths);
     emulated(o);
     latency(o, db);
 }
@@ -290,7 +291,7 @@ fn recovery(o: &mut Fams, s: &Stats) {
     );
 }
 
-fn devices(o: &mut Fams, s: &Stats) {
+fn devices(o: &mut Fams, s: &Stats, paths: bool) {
     type Pick = fn(&masse::stats::DeviceStats) -> f64;
     let fams: [(&str, &str, bool, Pick); 7] = [
         (
@@ -331,7 +332,15 @@ fn devices(o: &mut Fams, s: &Stats) {
         let rows: Vec<Row> = s
             .devices
             .iter()
-            .map(|d| row(&[("device", d.path.as_str()), ("role", d.role)], pick(d)))
+            .enumerate()
+            .map(|(i, d)| {
+                let name = if paths {
+                    d.path.clone()
+                } else {
+                    format!("dev{i}")
+                };
+                row(&[("device", &name), ("role", d.role)], pick(d))
+            })
             .collect();
         o.family(name, help, counter, &rows);
     }

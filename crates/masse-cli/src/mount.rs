@@ -147,7 +147,7 @@ pub fn run(a: &MountArgs) -> CliResult<i32> {
     let mut m = Metrics::new();
     m.engine(slot.clone());
     fuse_metrics(&mut m, &prof, &vfs);
-    let metrics = crate::metrics::start(a.metrics.addr.as_deref(), m)?;
+    let metrics = crate::metrics::start(&a.metrics, m)?;
     let unmounter = session.unmount_callable();
     let stop_signals = watch_signals(unmounter, a.dir.clone())?;
     println!(

@@ -342,7 +342,7 @@ fn nbd(a: &NbdArgs) -> CliResult<i32> {
     let mut m = Metrics::new();
     m.engine(slot.clone());
     nbd_metrics(&mut m, &stats);
-    let metrics = crate::metrics::start(a.metrics.addr.as_deref(), m)?;
+    let metrics = crate::metrics::start(&a.metrics, m)?;
     for d in &descr {
         println!("export {d}");
     }

@@ -30,7 +30,9 @@ pub struct RespArgs {
     pub socket: Vec<PathBuf>,
 
     /// Password clients must give with AUTH (or HELLO ... AUTH default PASSWORD).
-    /// Visible to other users in the process list: prefer --password-file.
+    /// Visible to other users in the process list: prefer --password-file. A wrong
+    /// password's reply is held 200 ms or more (100 failures/s server-wide) and the
+    /// 5th failure closes the connection.
     #[arg(
         long,
         value_name = "PASSWORD",
@@ -70,7 +72,9 @@ pub struct RespArgs {
     #[arg(long, value_name = "SIZE", value_parser = size_arg, default_value = "32M", help_heading = "Limits")]
     pub query_buffer_limit: u64,
 
-    /// Close clients idle for this many seconds (0: never).
+    /// Close clients idle for this many seconds (0: never). Activity is a whole
+    /// command received or a whole reply taken, not a byte: a client dripping bytes
+    /// of a command it never finishes is idle.
     #[arg(
         long,
         value_name = "SECS",
@@ -204,7 +208,7 @@ pub fn run(a: &RespArgs) -> CliResult<i32> {
     let mut m = crate::metrics::Metrics::new();
     m.engine(slot.clone());
     resp_metrics(&mut m, &stats);
-    let metrics = crate::metrics::start(a.metrics.addr.as_deref(), m)?;
+    let metrics = crate::metrics::start(&a.metrics, m)?;
     for w in &where_ {
         println!("listening on {w}");
     }
@@ -237,6 +241,7 @@ fn resp_metrics(m: &mut crate::metrics::Metrics, st: &Arc<masse_resp::ServerStat
                 ("error_replies", &s.error_replies),
                 ("protocol_errors", &s.protocol_errors),
                 ("auth_failures", &s.auth_failures),
+                ("auth_disconnects", &s.auth_disconnects),
             ]
             .iter()
             .map(|(k, c)| (k.to_string(), c.load(Relaxed) as f64))

@@ -348,7 +348,7 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
     let _metrics = if a.crash_loop && !a.child {
         None
     } else {
-        crate::metrics::start_on(a.metrics.addr.as_deref(), m, !a.child)?
+        crate::metrics::start_on(&a.metrics, m, !a.child)?
     };
     let publish = |db: Option<std::sync::Arc<masse::Db>>| match db {
         Some(d) => slot.set(d),
@@ -401,6 +401,12 @@ pub fn run(a: &StressArgs) -> CliResult<i32> {
                 c.args(["--gc-separate", &a.gc_separate.to_string()]);
                 if let Some(m) = &a.metrics.addr {
                     c.args(["--metrics", m]);
+                }
+                if let Some(f) = &a.metrics.token_file {
+                    c.arg("--metrics-token-file").arg(f);
+                }
+                if a.metrics.paths {
+                    c.arg("--metrics-paths");
                 }
                 if fin {
                     c.args(["--final", "--duration", "2"]);

@@ -30,6 +30,10 @@ pub struct TopArgs {
     /// Draw this many frames and exit. Default: until q, Esc or Ctrl-C.
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
+    /// Send the bearer token on the first line of FILE (for a command started with
+    /// --metrics-token-file).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 /// One scrape: metric name → (labels, value) samples.
@@ -264,9 +268,12 @@ fn url_of(s: &str) -> String {
     }
 }
 
-fn fetch(agent: &ureq::Agent, url: &str) -> CliResult<Scrape> {
-    let body = agent
-        .get(url)
+fn fetch(agent: &ureq::Agent, url: &str, token: Option<&str>) -> CliResult<Scrape> {
+    let mut req = agent.get(url);
+    if let Some(t) = token {
+        req = req.header("Authorization", format!("Bearer {t}"));
+    }
+    let body = req
         .call()
         .and_then(|mut r| r.body_mut().read_to_string())
         .map_err(|e| CliError::new(format!("scraping {url}: {e}")))?;
@@ -275,6 +282,11 @@ fn fetch(agent: &ureq::Agent, url: &str) -> CliResult<Scrape> {
 
 pub fn run(a: &TopArgs) -> CliResult<i32> {
     let url = url_of(&a.metrics);
+    let token = crate::metrics::MetricsArgs {
+        token_file: a.token_file.clone(),
+        ..Default::default()
+    }
+    .token()?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(5)))
         .build()
@@ -282,14 +294,14 @@ pub fn run(a: &TopArgs) -> CliResult<i32> {
     let interval = Duration::from_secs_f64(a.interval.max(0.1));
     let tty = std::io::stdout().is_terminal();
     let _screen = if tty { Some(Screen::enter()?) } else { None };
-    let (mut prev, mut t_prev) = (fetch(&agent, &url)?, Instant::now());
+    let (mut prev, mut t_prev) = (fetch(&agent, &url, token.as_deref())?, Instant::now());
     let mut h = History::default();
     let mut frames = 0u64;
     loop {
         if wait_or_quit(interval, tty)? {
             return Ok(0);
         }
-        let cur = fetch(&agent, &url)?;
+        let cur = fetch(&agent, &url, token.as_deref())?;
         let now = Instant::now();
         let mut lines = vec![format!("masse top — {url}   (q to quit)"), String::new()];
         lines.extend(frame(

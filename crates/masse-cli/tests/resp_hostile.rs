@@ -200,3 +200,61 @@ fn too_many_clients_are_told_so() {
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(Raw::connect(port).cmd(&["PING"]), "+PONG\r\n");
 }
+
+/// 20 clients pipeline GETs of a largest value and never read a reply: each may
+/// cost its output limit (4 MiB) and one bounded run of reads past it, not 32
+/// values read at once (~130 MiB per client before).
+#[test]
+fn non_reading_pipeliners_cost_bounded_memory() {
+    use std::io::Write;
+    let pool = Pool::create("64M", "512M");
+    let (srv, port) = serve(&pool, &[]);
+    let pid = srv.child.as_ref().expect("child").id();
+    let big = "x".repeat((2 << 20) - (4 << 10));
+    assert_eq!(Raw::connect(port).cmd(&["SET", "big", &big]), "+OK\r\n");
+    std::thread::sleep(Duration::from_millis(300));
+    let rss0 = rss_kib(pid);
+    let get = encode(&[b"GET", b"big"]);
+    let clients: Vec<_> = (0..20)
+        .map(|_| {
+            let get = get.clone();
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+                s.set_write_timeout(Some(Duration::from_secs(2)))
+                    .expect("timeout");
+                let mut sent = 0;
+                while sent < 500 && s.write_all(&get).is_ok() {
+                    sent += 1;
+                }
+                (s, sent)
+            })
+        })
+        .collect();
+    let held: Vec<(TcpStream, usize)> = clients
+        .into_iter()
+        .map(|h| h.join().expect("client"))
+        .collect();
+    // The peak over 3 s: the server may still be answering what it read.
+    let grew = (0..30)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            rss_kib(pid)
+        })
+        .max()
+        .unwrap_or(0)
+        .saturating_sub(rss0);
+    let t = healthy(port);
+    let sent: usize = held.iter().map(|h| h.1).sum();
+    println!("20 non-reading pipeliners: {sent} GETs of 2 MiB sent; server RSS +{} MiB; good round trip {t:?}", grew >> 10);
+    assert!(
+        grew < 512 << 10,
+        "20 non-reading clients grew the server by {} MiB",
+        grew >> 10
+    );
+    drop(held);
+    std::thread::sleep(Duration::from_millis(500));
+    println!(
+        "after they left: RSS +{} MiB",
+        rss_kib(pid).saturating_sub(rss0) >> 10
+    );
+}

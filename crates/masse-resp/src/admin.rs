@@ -115,7 +115,9 @@ fn params(ctx: &Ctx) -> Vec<(&'static str, String)> {
         ("proto-max-bulk-len", c.limits.max_bulk.to_string()),
         (
             "protected-mode",
-            if c.password.is_some() { "no" } else { "yes" }.into(),
+            // The setting, as Redis reports it: with a password it is on but has
+            // nothing to refuse (every client must AUTH anyway).
+            if c.protected_mode { "yes" } else { "no" }.into(),
         ),
         ("save", "".into()),
         (
@@ -274,6 +276,7 @@ fn stats(ctx: &Ctx, st: &masse::Stats, s: &mut String) {
     line!(s, "total_error_replies:{}", l(&c.error_replies));
     line!(s, "protocol_errors:{}", l(&c.protocol_errors));
     line!(s, "auth_failures:{}", l(&c.auth_failures));
+    line!(s, "auth_disconnects:{}", l(&c.auth_disconnects));
     line!(s, "expired_keys:0");
     line!(s, "evicted_keys:0");
     line!(s, "masse_commit_groups:{}", st.commit_groups);

@@ -7,7 +7,7 @@ use crate::proto::{Args, Out};
 use crate::server::{Config, ServerStats, StopHandle};
 use crate::table::{self, Spec};
 use masse::Db;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,6 +18,11 @@ pub(crate) struct Ctx {
     pub stats: Arc<ServerStats>,
     pub stripes: Stripes,
     pub stop: StopHandle,
+    /// Set once the server is stopping: a batch in progress stops at its next
+    /// command (the client is closed), so a stop never waits on a long pipeline.
+    pub stopping: Arc<AtomicBool>,
+    /// When the last failed AUTH's reply is released (server-wide pacing).
+    pub auth_gate: parking_lot::Mutex<Option<Instant>>,
     pub started: Instant,
     /// Addresses listened on, for INFO and CONFIG GET.
     pub listening: Vec<String>,
@@ -38,6 +43,10 @@ pub(crate) struct Client {
     pub last_cmd: String,
     pub lib_name: Vec<u8>,
     pub lib_ver: Vec<u8>,
+    /// Failed AUTHs on this connection.
+    pub auth_failures: u32,
+    /// An AUTH failed in the batch just run: the server holds the reply.
+    pub auth_failed: bool,
 }
 
 /// What the connection does after a batch of commands.
@@ -88,7 +97,7 @@ pub(crate) fn unknown_sub(out: &mut Out, cmd: &str, sub: &[u8]) {
 ///
 /// Stops early once `out` holds more than `out_limit` bytes (a client pipelining
 /// large reads), returning how many commands ran: the rest wait until the client
-/// has taken its replies.
+/// has taken its replies; and before any command once the server is stopping.
 pub(crate) fn run_batch(
     ctx: &Ctx,
     cl: &mut Client,
@@ -98,9 +107,15 @@ pub(crate) fn run_batch(
 ) -> (After, usize) {
     let mut i = 0;
     while i < cmds.len() && (i == 0 || out.buf.len() <= out_limit) {
+        if ctx.stopping.load(Relaxed) {
+            break;
+        }
         if cl.authed {
+            // A run of GETs may go past the output limit by one value at most, as
+            // a single command may.
+            let room = (out_limit + masse::MAX_VALUE_LEN).saturating_sub(out.buf.len());
             let (n, name) = match crate::data::set_run(ctx, out, &cmds[i..]) {
-                0 => (crate::data::get_run(ctx, out, &cmds[i..]), "get"),
+                0 => (crate::data::get_run(ctx, out, &cmds[i..], room), "get"),
                 n => (n, "set"),
             };
             if n > 0 {
@@ -204,6 +219,8 @@ fn check_auth(ctx: &Ctx, cl: &mut Client, user: &[u8], pass: &[u8]) -> Result<()
     };
     if user != b"default" || !same(pass, want) {
         ctx.stats.auth_failures.fetch_add(1, Relaxed);
+        cl.auth_failures += 1;
+        cl.auth_failed = true;
         return Err("WRONGPASS invalid username-password pair or user is disabled.");
     }
     cl.authed = true;
@@ -279,7 +296,18 @@ fn hello(ctx: &Ctx, cl: &mut Client, out: &mut Out, a: &Args) {
     out.array(0);
 }
 
+/// Longest client name, lib-name or lib-ver. Redis has no limit; here each is
+/// kept per connection for its lifetime, so 10,000 clients with 2 MiB names would
+/// hold 20 GB: names are identifiers, 1 KiB is plenty.
+pub const MAX_CLIENT_NAME: usize = 1024;
+
+const NAME_TOO_LONG: &str =
+    "ERR Client names, lib-name and lib-ver are limited to 1024 bytes by masse.";
+
 fn valid_name(n: &[u8]) -> Result<(), &'static str> {
+    if n.len() > MAX_CLIENT_NAME {
+        return Err(NAME_TOO_LONG);
+    }
     if n.iter().any(|&c| !(b'!'..=b'~').contains(&c)) {
         return Err("ERR Client names cannot contain spaces, newlines or special characters.");
     }
@@ -307,6 +335,7 @@ fn client(ctx: &Ctx, cl: &mut Client, out: &mut Out, a: &Args) {
                 cl.lib_ver = a[3].clone();
                 out.ok()
             }
+            b"lib-name" | b"lib-ver" if a[3].len() > MAX_CLIENT_NAME => out.err(NAME_TOO_LONG),
             b"lib-name" | b"lib-ver" => out.err(
                 "ERR lib-name and lib-ver cannot contain spaces, newlines or special characters.",
             ),

@@ -358,6 +358,11 @@ impl Out {
     }
     /// A bulk string.
     pub fn bulk(&mut self, b: &[u8]) {
+        if b.len() >= 64 << 10 {
+            // Grow by what a large value needs, not by doubling: a client's unsent
+            // replies then cost their size, not up to twice it.
+            self.buf.reserve_exact(b.len() + 32);
+        }
         self.head(b'$', b.len());
         self.buf.extend_from_slice(b);
         self.buf.extend_from_slice(b"\r\n");

@@ -108,6 +108,8 @@ pub struct ServerStats {
     pub protocol_errors: AtomicU64,
     /// Failed AUTH attempts.
     pub auth_failures: AtomicU64,
+    /// Connections closed after [`MAX_AUTH_FAILURES`] failed AUTHs.
+    pub auth_disconnects: AtomicU64,
 }
 
 impl ServerStats {
@@ -279,6 +281,8 @@ impl Server {
             stats: self.stats.clone(),
             stripes: Stripes::default(),
             stop: self.stop.clone(),
+            stopping: Arc::new(AtomicBool::new(false)),
+            auth_gate: parking_lot::Mutex::new(None),
             started: Instant::now(),
             listening: self.names.clone(),
             port: self.port,
@@ -349,7 +353,10 @@ struct Conn {
     /// Close once the replies are sent (QUIT, SHUTDOWN, protocol error, EOF).
     closing: bool,
     eof: bool,
+    /// Last whole command received or whole reply delivered (`--timeout`).
     last_active: Instant,
+    /// After a failed AUTH: neither answered nor read before this (see `auth_gate`).
+    hold_until: Option<Instant>,
 }
 
 const DENIED: &[u8] = b"-DENIED masse is running in protected mode: no password is set, so only clients on this machine are served. Set a password (--requirepass or --password-file) or start the server with --no-protected-mode.\r\n";
@@ -365,6 +372,28 @@ impl WriteNb for &Sock {
             Sock::Unix(u) => (&*u).write(b).map(|_| ()),
         }
     }
+}
+
+/// Failed AUTHs after which a connection is closed (a client must reconnect to
+/// guess again).
+pub const MAX_AUTH_FAILURES: u32 = 5;
+/// Least time a failed AUTH's reply is held back.
+pub const AUTH_FAIL_DELAY: Duration = Duration::from_millis(200);
+/// Failed AUTHs answered per second, server-wide: with many connections guessing
+/// at once, each waits its turn, so the guess rate stays bounded (successful AUTHs
+/// are never held).
+pub const AUTH_FAIL_RATE: u32 = 100;
+
+/// When the reply to a failed AUTH may go: at least [`AUTH_FAIL_DELAY`] from now,
+/// and 1/[`AUTH_FAIL_RATE`] s after the previous one.
+fn next_auth_release(gate: &parking_lot::Mutex<Option<Instant>>) -> Instant {
+    let mut last = gate.lock();
+    let mut t = Instant::now() + AUTH_FAIL_DELAY;
+    if let Some(l) = *last {
+        t = t.max(l + Duration::from_secs(1) / AUTH_FAIL_RATE);
+    }
+    *last = Some(t);
+    t
 }
 
 /// Bytes read per read call (as Redis's PROTO_IOBUF_LEN).
@@ -388,8 +417,25 @@ impl Conn {
         self.out.buf.len() - self.sent
     }
 
-    /// Sends what the socket takes now.
+    /// Sends what the socket takes now. Delivering the last byte of the replies
+    /// counts as activity (a whole reply taken), a partial write does not.
     fn flush(&mut self, st: &ServerStats) -> io::Result<()> {
+        if self.sent < self.out.buf.len() {
+            self.drain_out(st)?;
+            if self.sent < self.out.buf.len() {
+                return Ok(());
+            }
+            self.last_active = Instant::now();
+        }
+        self.out.buf.clear();
+        if self.out.buf.capacity() > 1 << 20 {
+            self.out.buf.shrink_to(64 << 10);
+        }
+        self.sent = 0;
+        Ok(())
+    }
+
+    fn drain_out(&mut self, st: &ServerStats) -> io::Result<()> {
         while self.sent < self.out.buf.len() {
             match self.sock.write(&self.out.buf[self.sent..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -402,11 +448,6 @@ impl Conn {
                 Err(e) => return Err(e),
             }
         }
-        self.out.buf.clear();
-        if self.out.buf.capacity() > 1 << 20 {
-            self.out.buf.shrink_to(64 << 10);
-        }
-        self.sent = 0;
         Ok(())
     }
 
@@ -444,7 +485,6 @@ impl Conn {
                 return Ok(false);
             }
             st.net_in.fetch_add(n as u64, Relaxed);
-            self.last_active = Instant::now();
         }
         Ok(true)
     }
@@ -459,6 +499,9 @@ impl Conn {
             let authed = self.client.authed;
             match self.parser.next(&self.inbuf, &mut self.inpos, lim, authed) {
                 Ok(Some(a)) => {
+                    // Progress is a whole command, not a byte: a client dripping an
+                    // endless one is idle (`--timeout`).
+                    self.last_active = Instant::now();
                     bytes += a.iter().map(|x| x.len() + 16).sum::<usize>();
                     let gate = !authed
                         && (a[0].eq_ignore_ascii_case(b"auth")
@@ -482,6 +525,10 @@ impl Conn {
 
     /// Flush, read, parse: what this connection needs next.
     fn step(&mut self, ctx: &Ctx, stopping: bool) -> Step {
+        match self.hold_until {
+            Some(t) if Instant::now() < t && !stopping => return Step::Wait,
+            _ => self.hold_until = None,
+        }
         if self.flush(&ctx.stats).is_err() {
             return Step::Close;
         }
@@ -544,6 +591,26 @@ impl Conn {
         }
     }
 
+    /// A failed AUTH: hold the reply (and the connection) until the server-wide
+    /// gate lets it go; close the connection after [`MAX_AUTH_FAILURES`].
+    fn auth_failed(&mut self, ctx: &Ctx) {
+        self.client.auth_failed = false;
+        let n = self.client.auth_failures;
+        if n >= MAX_AUTH_FAILURES {
+            self.closing = true;
+            ctx.stats.auth_disconnects.fetch_add(1, Relaxed);
+        }
+        if n == 1 || n >= MAX_AUTH_FAILURES {
+            eprintln!(
+                "masse-resp: AUTH failed for client {} from {} ({n} on this connection{})",
+                self.client.id,
+                self.client.addr,
+                if self.closing { "; closing it" } else { "" }
+            );
+        }
+        self.hold_until = Some(next_auth_release(&ctx.auth_gate));
+    }
+
     /// Runs a batch (on a worker), then keeps serving this client while it has
     /// complete requests ready, within bounds.
     fn work(&mut self, ctx: &Ctx, stopping: &AtomicBool, mut cmds: Vec<Args>) {
@@ -559,6 +626,10 @@ impl Conn {
             } else if ran < cmds.len() {
                 cmds.drain(..ran);
                 self.backlog = cmds;
+            }
+            if self.client.auth_failed {
+                self.auth_failed(ctx);
+                return; // the loop answers once the hold ends
             }
             if round == WORKER_ROUNDS {
                 // The loop's turn: it services this connection as soon as it is back.
@@ -601,6 +672,8 @@ struct EventLoop {
     done: Receiver<Box<Conn>>,
     workers: Vec<std::thread::JoinHandle<()>>,
     accept_later: bool,
+    /// Connections held after a failed AUTH, and when each is due.
+    held: Vec<(Instant, usize)>,
 }
 
 impl EventLoop {
@@ -628,7 +701,7 @@ impl EventLoop {
         let waker = Arc::new(Waker::new(reg, WAKE).map_err(ioe("epoll"))?);
         let (jtx, jrx) = crossbeam_channel::unbounded::<(Box<Conn>, Vec<Args>)>();
         let (dtx, drx) = crossbeam_channel::unbounded::<Box<Conn>>();
-        let stopping = Arc::new(AtomicBool::new(false));
+        let stopping = ctx.stopping.clone();
         let mut workers = Vec::new();
         for i in 0..ctx.cfg.workers {
             let (ctx, jrx, dtx, waker, stopping) = (
@@ -665,6 +738,7 @@ impl EventLoop {
             done: drx,
             workers,
             accept_later: false,
+            held: Vec::new(),
         })
     }
 
@@ -672,11 +746,15 @@ impl EventLoop {
         let mut events = Events::with_capacity(1024);
         let mut last_sweep = Instant::now();
         loop {
-            let timeout = if self.accept_later {
+            let mut timeout = if self.accept_later {
                 Some(Duration::from_millis(50))
             } else {
                 self.ctx.cfg.idle_timeout.map(|_| Duration::from_secs(1))
             };
+            if let Some(t) = self.held.iter().map(|h| h.0).min() {
+                let d = t.saturating_duration_since(Instant::now());
+                timeout = Some(timeout.map_or(d, |x| x.min(d)));
+            }
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -695,6 +773,7 @@ impl EventLoop {
                 }
             }
             self.take_back();
+            self.release_held();
             if self.accept_later {
                 self.accept_later = false;
                 (0..self.listeners.len()).for_each(|i| self.accept(i));
@@ -708,11 +787,28 @@ impl EventLoop {
         }
     }
 
+    /// Held connections whose time has come: answer and read them again.
+    fn release_held(&mut self) {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        self.held.retain(|&(t, k)| {
+            let keep = t > now;
+            if !keep {
+                due.push(k);
+            }
+            keep
+        });
+        due.into_iter().for_each(|k| self.service(k));
+    }
+
     /// Connections handed back by workers.
     fn take_back(&mut self) {
         while let Ok(c) = self.done.try_recv() {
             let k = c.key;
             self.busy -= 1;
+            if let Some(t) = c.hold_until {
+                self.held.push((t, k));
+            }
             self.slots[k] = Slot::Idle(c);
             self.service(k);
         }
@@ -761,7 +857,9 @@ impl EventLoop {
         let cfg = &self.ctx.cfg;
         match s {
             Sock::Tcp(t) if cfg.protected_mode && cfg.password.is_none() => {
-                t.peer_addr().map_or(true, |a| !a.ip().is_loopback())
+                // 127.0.0.1 on a dual-stack `[::]` listener arrives as ::ffff:127.0.0.1.
+                t.peer_addr()
+                    .map_or(true, |a| !a.ip().to_canonical().is_loopback())
             }
             _ => false,
         }
@@ -810,6 +908,8 @@ impl EventLoop {
             last_cmd: "NULL".into(),
             lib_name: Vec::new(),
             lib_ver: Vec::new(),
+            auth_failures: 0,
+            auth_failed: false,
         };
         self.next_id += 1;
         self.slots[key] = Slot::Idle(Box::new(Conn {
@@ -825,6 +925,7 @@ impl EventLoop {
             closing: false,
             eof: false,
             last_active: Instant::now(),
+            hold_until: None,
         }));
         self.service(key);
     }

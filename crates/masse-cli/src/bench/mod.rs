@@ -492,7 +492,7 @@ pub fn run(a: &BenchArgs) -> CliResult<i32> {
     }
     let mut m = crate::metrics::Metrics::new();
     m.engine(slot.clone());
-    let _metrics = crate::metrics::start(a.metrics.addr.as_deref(), m)?;
+    let _metrics = crate::metrics::start(&a.metrics, m)?;
     if let Some(l) = &layout {
         out(format!(
             "pool      {} in {:.1} ms",

@@ -20,6 +20,11 @@ pub struct Running {
 
 impl Running {
     pub fn start(cfg: Config) -> Running {
+        Self::start_on(cfg, "127.0.0.1:0")
+    }
+
+    /// As `start`, listening on `listen` (e.g. `[::]:0`).
+    pub fn start_on(cfg: Config, listen: &str) -> Running {
         let dev = |n| DeviceSpec::Device(Arc::new(MemDevice::new(n)) as Arc<dyn Device>);
         let pc = PoolConfig {
             fast: Some(dev(64 << 20)),
@@ -29,12 +34,16 @@ impl Running {
             ..Default::default()
         };
         let db = Arc::new(Db::create(&pc, Options::default()).expect("create pool"));
-        Self::serve(db, cfg)
+        Self::serve_on(db, cfg, listen)
     }
 
     pub fn serve(db: Arc<Db>, cfg: Config) -> Running {
+        Self::serve_on(db, cfg, "127.0.0.1:0")
+    }
+
+    pub fn serve_on(db: Arc<Db>, cfg: Config, listen: &str) -> Running {
         let mut srv = Server::new(db.clone(), cfg).expect("server");
-        let addr = srv.listen_tcp("127.0.0.1:0").expect("listen");
+        let addr = srv.listen_tcp(listen).expect("listen");
         let stop = srv.stop_handle();
         let thread = std::thread::spawn(move || srv.run().expect("run"));
         Running {
