@@ -441,7 +441,41 @@ pub fn trace_keys(db: &Db, keys: &[u32]) -> Vec<String> {
             Err(Error::Closed(e)) => format!("key {k}: database closed: {e}"),
             Err(e) => format!("key {k}: trace failed: {e}"),
         })
+        .chain(recovery_report(db))
         .collect()
+}
+
+/// What the failing open's recovery said and the bands it left in use: the
+/// first thing to read when a crash state loses data.
+fn recovery_report(db: &Db) -> Vec<String> {
+    let s = db.stats();
+    let mut out = vec![format!(
+        "recovery: {} segments replayed from {}",
+        s.recovery_segments_replayed, s.recovery_source
+    )];
+    out.extend(
+        s.recovery_warnings
+            .iter()
+            .map(|w| format!("recovery warning: {w}")),
+    );
+    out.extend(
+        s.recovery_notes
+            .iter()
+            .map(|n| format!("recovery note: {n}")),
+    );
+    let bands: Vec<String> = db
+        .band_status()
+        .iter()
+        .filter(|b| b.state != "free")
+        .map(|b| {
+            format!(
+                "{} {} from seq {} ({} slots)",
+                b.band, b.state, b.first_seq, b.written_slots
+            )
+        })
+        .collect();
+    out.push(format!("bands in use: {}", bands.join(", ")));
+    out
 }
 
 #[cfg(test)]

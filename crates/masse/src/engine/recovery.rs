@@ -108,6 +108,7 @@ pub(crate) fn recover(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>
     }
     rp.finish();
     void_torn(e, &mut rp)?;
+    make_durable(e)?;
     // 5. The pad: everything from its durable tail is re-applied below, in order.
     let groups = match &e.pad {
         Some(_) => read_pad(e, clean)?,
@@ -502,6 +503,17 @@ fn void_torn(e: &Engine, rp: &mut Replay<'_>) -> Result<()> {
         crate::pool::sync(d, what)?;
         let b = band as usize;
         rp.written[b] = rp.written[b].min(slot);
+    }
+    Ok(())
+}
+
+/// Step 4, last: sync what replay kept. The segments were read from the
+/// device, but after a process crash (no power cut) some may still sit in
+/// the page cache; this run's FREE headers vouch that every segment of
+/// earlier runs is durable (`Engine::seg_written`), and this makes it true.
+fn make_durable(e: &Engine) -> Result<()> {
+    for d in &e.pool.caps {
+        crate::pool::sync(d, "syncing the segments recovery kept")?;
     }
     Ok(())
 }

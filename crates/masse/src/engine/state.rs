@@ -62,8 +62,9 @@ pub(crate) struct Engine {
     pub next_seg_hint: AtomicU64,
     /// Next record sequence number, mirrored for checkpoints.
     pub seq_hint: AtomicU64,
-    /// Newest segment seq whose header the writer has written (writer only):
-    /// stamped, after a sync, into FREE band headers as `freed_after`.
+    /// Newest segment seq whose header the writer has written (writer only),
+    /// from the last seq of earlier runs on: stamped, after a sync, into FREE
+    /// band headers as `freed_after`.
     pub seg_written: AtomicU64,
     pub requests: RequestQueue,
     /// Held by the group-commit leader (and briefly by GC and checkpoints).
@@ -128,7 +129,13 @@ impl Engine {
             segments: SegmentCache::default(),
             next_seg_hint: AtomicU64::new(epoch << 40),
             seq_hint: AtomicU64::new(1),
-            seg_written: AtomicU64::new(0),
+            // Every segment an earlier run left that this open keeps was
+            // judged by its recovery and made durable by the sync that ends
+            // it (`recovery::make_durable`): a FREE header this run writes
+            // before its first segment vouches for all of them (issue 44: a
+            // band GC freed before any write, stamped 0, made the next
+            // open take the segment after it for a tear).
+            seg_written: AtomicU64::new((epoch << 40).saturating_sub(1)),
             requests: RequestQueue::default(),
             write_state: Mutex::new(WriteState::new(epoch)),
             pad,

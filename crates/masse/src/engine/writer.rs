@@ -107,7 +107,11 @@ impl<'e> Burst<'e> {
     fn job(&mut self, j: WriterJob) -> Result<()> {
         let e = self.e;
         match j {
-            WriterJob::BandHeader { band, mut hdr, free } => {
+            WriterJob::BandHeader {
+                band,
+                mut hdr,
+                free,
+            } => {
                 self.submit_segments()?;
                 if free.is_some() {
                     hdr.freed_after = self.sync_before_free()?;

@@ -46,7 +46,7 @@ pub use segment::{
     SEG_FOOTER, SEG_HEADER, SUMMARY_ENTRY,
 };
 pub use superblock::{
-    DamageRecord, EpochBlock, Geometry, Mode, Role, Superblock, SuperblockProbe, EPOCH_AREA, EPOCH_OFFSET,
-    SB_KEY_DIGEST_AT, SUPERBLOCK_AREA, SUPERBLOCK_SIZE,
+    DamageRecord, EpochBlock, Geometry, Mode, Role, Superblock, SuperblockProbe, EPOCH_AREA,
+    EPOCH_OFFSET, SB_KEY_DIGEST_AT, SUPERBLOCK_AREA, SUPERBLOCK_SIZE,
 };
 pub use version::{CHECKPOINT_VERSION, FORMAT_VERSION, MAX_KEY_LEN, MAX_VALUE_LEN};
