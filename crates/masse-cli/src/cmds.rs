@@ -280,7 +280,12 @@ pub fn check(a: &CheckArgs) -> CliResult<i32> {
     })?;
     let damaged = damage.is_some() && !a.clear_damage;
     if a.json {
-        let j = serde_json::json!({ "check": r, "damage_record": damage, "damage_cleared": a.clear_damage && damage.is_some() });
+        // The report's fields stay at the top level, as before format 5, so
+        // scripts reading `live_keys` or `errors` keep working.
+        let mut j = serde_json::to_value(&r)
+            .map_err(|e| CliError::new(format!("cannot encode JSON: {e}")))?;
+        j["damage_record"] = serde_json::json!(damage);
+        j["damage_cleared"] = (a.clear_damage && damage.is_some()).into();
         let j = serde_json::to_string_pretty(&j)
             .map_err(|e| CliError::new(format!("cannot encode JSON: {e}")))?;
         println!("{j}");

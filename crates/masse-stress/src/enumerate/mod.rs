@@ -957,7 +957,15 @@ mod tests {
         assert_eq!(v.iter().collect::<BTreeSet<_>>().len(), 8);
         let five: Vec<BlockId> = (0..5).map(|i| (0, i * 4096)).collect();
         let v = variants(&five, &torn, &mut rng);
-        assert_eq!(v.len(), 2 + 2 + 1, "all, none, two singles, one random");
+        assert_eq!(
+            v.len(),
+            2 + 3 + 1,
+            "all, none, two first singles and the device's last block alone, one random"
+        );
+        assert!(
+            v.contains(&[(0, 4 * 4096)].into_iter().collect()),
+            "the last block alone"
+        );
         assert_eq!(v[0].len(), 5);
         assert!(v[1].is_empty());
         assert_eq!(variants(&[], &torn, &mut rng), vec![BTreeSet::new()]);

@@ -72,32 +72,7 @@ pub(crate) fn recover(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>
         None => HashSet::new(),
     };
     // 3. Plan: which slots of which bands to replay, in write order.
-    let mut plans: Vec<BandPlan> = Vec::new();
-    let mut min_seq = vec![u64::MAX; hdrs.first.len()];
-    let mut written = vec![0; hdrs.first.len()];
-    for (b, first) in hdrs.first.iter().enumerate() {
-        let Some(first_seq) = *first else { continue };
-        let start_slot = match matches(b) {
-            Some(cb) => {
-                min_seq[b] = cb.min_seq;
-                written[b] = cb.written_slots as u64;
-                // Records placed in segments that are not replayed are not in the
-                // checkpoint; see the live-bytes fixup after replay below.
-                if first_seq >= replay_from {
-                    0
-                } else {
-                    cb.written_slots as u64
-                }
-            }
-            None => 0,
-        };
-        plans.push(BandPlan {
-            band: b as u32,
-            first_seq,
-            start_slot,
-        });
-    }
-    plans.sort_by_key(|p| p.first_seq);
+    let (plans, min_seq, written) = plan_replay(&hdrs, replay_from, &matches);
     let mut rp = Replay::new(e, &hdrs, &plans, ck_next_seq);
     rp.min_seq = min_seq;
     rp.written = written;
@@ -128,6 +103,42 @@ pub(crate) fn recover(e: &Engine, clean: bool) -> Result<Vec<Vec<PendingRecord>>
     r.segments = rp.segments;
     r.us = t0.elapsed().as_micros() as u64;
     Ok(groups)
+}
+
+/// Step 3: which slots of which bands to replay, in write order, with the
+/// per-band oldest seq and written slots the checkpoint vouches for.
+fn plan_replay(
+    hdrs: &BandHeaders,
+    replay_from: u64,
+    matches: &dyn Fn(usize) -> Option<BandRecord>,
+) -> (Vec<BandPlan>, Vec<u64>, Vec<u64>) {
+    let mut plans: Vec<BandPlan> = Vec::new();
+    let mut min_seq = vec![u64::MAX; hdrs.first.len()];
+    let mut written = vec![0; hdrs.first.len()];
+    for (b, first) in hdrs.first.iter().enumerate() {
+        let Some(first_seq) = *first else { continue };
+        let start_slot = match matches(b) {
+            Some(cb) => {
+                min_seq[b] = cb.min_seq;
+                written[b] = cb.written_slots as u64;
+                // Records placed in segments that are not replayed are not in the
+                // checkpoint; see the live-bytes fixup after replay below.
+                if first_seq >= replay_from {
+                    0
+                } else {
+                    cb.written_slots as u64
+                }
+            }
+            None => 0,
+        };
+        plans.push(BandPlan {
+            band: b as u32,
+            first_seq,
+            start_slot,
+        });
+    }
+    plans.sort_by_key(|p| p.first_seq);
+    (plans, min_seq, written)
 }
 
 /// Step 2: of the checkpoint's index entries, keep those into segments that
