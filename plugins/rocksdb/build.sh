@@ -6,6 +6,7 @@
 #   plugins/rocksdb/build.sh --no-full-build # only reuse or relink a cached build; exit 3 if RocksDB itself is not built yet
 #   plugins/rocksdb/build.sh --no-cargo      # use target/release/libmasse_ffi.a as it is (a caller inside cargo)
 #   plugins/rocksdb/build.sh --jobs N        # compile jobs (default: number of CPUs)
+#   plugins/rocksdb/build.sh --quick         # an -O0 RocksDB for the tests only (CI; see bench/build-rocksdb.sh)
 #
 # Steps: cargo builds libmasse_ffi.a (the C API, linked statically into the
 # plugin); bench/build-rocksdb.sh --plugin plugins/rocksdb/masse compiles the
@@ -20,11 +21,13 @@ REPO=$(cd "$HERE/../.." && pwd)
 FULL=1
 CARGO=1
 JOBS=$(nproc)
+QUICK=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --no-full-build) FULL=0 ;;
         --no-cargo) CARGO=0 ;;
         --jobs) JOBS=$2; shift ;;
+        --quick) QUICK=(--quick) ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "build.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -45,12 +48,12 @@ if [ "$FULL" = 0 ] && ! ls "$CACHE"/build-*/librocksdb.a > /dev/null 2>&1; then
     exit 3
 fi
 # The cached binary's path, without building: its key holds the plugin's sources.
-BIN=$("$REPO/bench/build-rocksdb.sh" --plugin "$HERE/masse" --check 2>/dev/null | tail -1 || true)
+BIN=$("$REPO/bench/build-rocksdb.sh" "${QUICK[@]}" --plugin "$HERE/masse" --check 2>/dev/null | tail -1 || true)
 FORCE=()
 if [ -x "$BIN" ] && [ "$(cat "$(dirname "$BIN")/masse-ffi.sha" 2>/dev/null)" != "$LIBSHA" ]; then
     say "libmasse_ffi.a changed since $BIN was linked: relinking"
     FORCE=(--force)
 fi
-BIN=$(nice -n 10 "$REPO/bench/build-rocksdb.sh" --plugin "$HERE/masse" --jobs "$JOBS" "${FORCE[@]}" | tail -1)
+BIN=$(nice -n 10 "$REPO/bench/build-rocksdb.sh" "${QUICK[@]}" --plugin "$HERE/masse" --jobs "$JOBS" "${FORCE[@]}" | tail -1)
 echo "$LIBSHA" > "$(dirname "$BIN")/masse-ffi.sha"
 echo "$BIN"
