@@ -2,7 +2,7 @@
 //! Each takes arbitrary bytes and must return without panicking, hanging or
 //! reading out of bounds; a decoder must answer garbage with a clean error.
 //! They live here so the seed corpus (`fuzz/corpus/`) also runs as an ordinary
-//! test on stable Rust (`tests/fuzz_corpus.rs`).
+//! test on stable Rust (`tests/it/fuzz_corpus.rs`).
 
 use masse::device::{AlignedBuf, Device, MemDevice};
 use masse::format::*;

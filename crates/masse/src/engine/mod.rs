@@ -21,7 +21,7 @@
 //!   `report` (stats and state dumps).
 //!
 //! No component imports a process, and no process imports one that imports
-//! it: `tests/module_graph.rs` keeps the crate's module graph free of circles.
+//! it: `tests/it/architecture.rs` keeps the crate's module graph free of circles.
 
 pub(crate) mod band;
 pub(crate) mod check;

@@ -1,0 +1,7 @@
+//! The integration tests of `masse-ffi`, in one binary: one test binary per
+//! crate links once instead of once per file (rust-analyzer's and cargo's
+//! practice). Each file is a module; a test is named `file::test`, e.g.
+//! `cargo test --release -p masse-ffi --test it c_api::`.
+
+mod c_api;
+mod rocksdb_plugin;
