@@ -4,7 +4,7 @@ use crate::error::{io_err, CliError, CliResult, EXIT_CHECK_FAILED, EXIT_NOT_FOUN
 use crate::pool::{create_pool, open_pool, pool_flags, GeometryArgs, PoolArgs, PoolLayout};
 use clap::Args;
 use masse::{Db, Options, MAX_KEY_LEN, MAX_VALUE_LEN};
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 
 /// A key as given on the command line.
@@ -194,8 +194,12 @@ pub fn get(a: &GetArgs) -> CliResult<i32> {
             std::fs::write(path, &v).map_err(|e| io_err("cannot write the value to", path, e))?
         }
         None => {
+            // The value's bytes exactly, for pipes and files; on a terminal a
+            // newline after it, so the shell prompt does not follow the value.
+            let tty = std::io::stdout().is_terminal() && !v.ends_with(b"\n");
             let mut out = std::io::stdout().lock();
             out.write_all(&v)
+                .and_then(|_| if tty { out.write_all(b"\n") } else { Ok(()) })
                 .and_then(|_| out.flush())
                 .map_err(|e| CliError::new(format!("cannot write the value to stdout: {e}")))?;
         }

@@ -23,16 +23,32 @@ pub struct ManArgs {
 }
 
 pub fn completions(a: &CompletionsArgs, mut cmd: Command) -> CliResult<i32> {
-    clap_complete::generate(a.shell, &mut cmd, "masse", &mut std::io::stdout());
-    Ok(0)
+    // Into a buffer first: clap_complete panics on a write error, and
+    // `masse completions zsh | head -1` closes the pipe early.
+    let mut buf = Vec::new();
+    clap_complete::generate(a.shell, &mut cmd, "masse", &mut buf);
+    write_stdout(&buf)
+}
+
+/// Write `buf` to stdout; a reader that went away (broken pipe) is not an error.
+fn write_stdout(buf: &[u8]) -> CliResult<i32> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(buf).and_then(|_| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(crate::error::CliError::new(
+            format!("writing to stdout: {e}"),
+        )),
+        _ => Ok(0),
+    }
 }
 
 pub fn man(a: &ManArgs, cmd: Command) -> CliResult<i32> {
     let Some(dir) = &a.dir else {
+        let mut buf = Vec::new();
         clap_mangen::Man::new(cmd)
-            .render(&mut std::io::stdout())
-            .map_err(|e| crate::error::CliError::new(format!("writing the man page: {e}")))?;
-        return Ok(0);
+            .render(&mut buf)
+            .map_err(|e| crate::error::CliError::new(format!("rendering the man page: {e}")))?;
+        return write_stdout(&buf);
     };
     std::fs::create_dir_all(dir).map_err(|e| io_err("creating", dir, e))?;
     let n = write_pages(cmd, dir, "masse")?;

@@ -30,6 +30,10 @@ pub(crate) struct Pool {
     pub caps: Vec<Arc<dyn Device>>,
     /// What the user should know about the devices (a volatile one).
     pub warnings: Vec<String>,
+    /// Each device's media class as its superblock records it (what `create`
+    /// probed or was told), by device path: what reports show, not a second
+    /// probe at open, which may classify the same disk otherwise.
+    pub media: Vec<(String, Media)>,
     /// The exclusive claims on every device; dropping the pool (a clean close
     /// or a crash-like drop of the `Db`) releases them.
     _claims: Vec<DeviceClaim>,
@@ -68,13 +72,25 @@ fn open_spec(
     role: &str,
     at_open: bool,
 ) -> Result<Arc<dyn Device>> {
+    // Opening never creates a file, whatever size the spec gives for creating
+    // one: a mistyped or never-created pool must fail with a clear error and
+    // leave nothing behind (it used to leave the files it made).
+    let without_size;
+    let spec = match spec {
+        DeviceSpec::Path { path, .. } if at_open => {
+            without_size = DeviceSpec::path(path.clone());
+            &without_size
+        }
+        _ => spec,
+    };
     match (spec.open(&cfg.io), spec) {
         (Err(Error::Io { source, .. }), DeviceSpec::Path { path, .. })
             if at_open && source.kind() == std::io::ErrorKind::NotFound =>
         {
             let note = missing_device_note(path).map_or(String::new(), |n| format!("; {n}"));
             Err(Error::MissingDevice(format!(
-                "{role} device {} does not exist{note}",
+                "{role} device {} does not exist: if this pool was never made, create it \
+                 first (`masse create`, `Db::create`){note}",
                 path.display()
             )))
         }
@@ -248,6 +264,14 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
         key_digest: crate::index::KeyDigest::Keyed(random_id().to_le_bytes()),
         version,
         warnings: volatile_warnings(fast.as_ref(), &caps),
+        media: fast
+            .iter()
+            .map(|f| (f.info().path.clone(), f.info().media))
+            .chain(caps.iter().enumerate().map(|(i, c)| {
+                let m = if i == 0 { cap_media } else { c.info().media };
+                (c.info().path.clone(), m)
+            }))
+            .collect(),
         fast,
         caps,
         _claims: claims,
@@ -720,6 +744,7 @@ pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
             "this pool has a fast-tier device; give it with --fast".into(),
         ));
     }
+    let media = recorded_media(&found);
     let ncap = geo.bands_per_device.len();
     let mut caps: Vec<Option<Arc<dyn Device>>> = vec![None; ncap];
     let mut fast = None;
@@ -760,8 +785,24 @@ pub(crate) fn open(cfg: &PoolConfig) -> Result<Pool> {
         fast,
         caps,
         warnings,
+        media,
         _claims: claims,
     })
+}
+
+/// The media class each superblock records, by device path (the probe at
+/// open where a superblock predates the field).
+fn recorded_media(found: &[(Arc<dyn Device>, Superblock)]) -> Vec<(String, Media)> {
+    found
+        .iter()
+        .map(|(d, sb)| {
+            let m = match Media::from_code(sb.media) {
+                Media::Unknown => d.info().media,
+                m => m,
+            };
+            (d.info().path.clone(), m)
+        })
+        .collect()
 }
 
 /// The regions the superblock places on device `d` must lie on it.

@@ -12,6 +12,7 @@ mod bench_cli;
 mod cli_roundtrip;
 mod demo_smoke;
 mod dump_load;
+mod first_contact;
 mod logs;
 mod metrics_nbd;
 mod migrate;

@@ -11,10 +11,11 @@ fn device_stats(e: &Engine) -> Vec<DeviceStats> {
     let mut devices = Vec::new();
     let mut add = |d: &Arc<dyn Device>, role: &'static str| {
         let i = d.info();
+        let recorded = e.pool.media.iter().find(|(p, _)| *p == i.path);
         devices.push(DeviceStats {
             path: i.path.clone(),
             role,
-            media: i.media.name(),
+            media: recorded.map_or(i.media, |(_, m)| *m).name(),
             backend: i.backend.name(),
             direct_io: i.direct_io,
             capacity: i.capacity,

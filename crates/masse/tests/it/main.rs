@@ -34,6 +34,7 @@ mod mid_pad_damage;
 mod model_proptest;
 mod nospace;
 mod nospace_big_records;
+mod nospace_churn_live;
 mod nospace_small_bands;
 mod one_process;
 mod pool_identity;

@@ -111,3 +111,22 @@ fn refuses_what_is_not_its_own() {
         .close()
         .expect("close");
 }
+
+/// Opening a pool that was never created fails with a "create it first"
+/// error and leaves no file behind, even with sizes for creating files in the
+/// config (it used to make 1.25 GiB of files, fail on them, and keep them).
+#[test]
+fn open_of_a_missing_pool_creates_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (fast, cap) = (dir.path().join("fast"), dir.path().join("cap"));
+    let cfg = PoolConfig::tiered(
+        DeviceSpec::file(&fast, 256 << 20),
+        DeviceSpec::file(&cap, 1 << 30),
+    );
+    match Db::open(&cfg, opts()) {
+        Err(Error::MissingDevice(m)) => assert!(m.contains("create it first"), "{m}"),
+        Err(e) => panic!("want MissingDevice, got {e}"),
+        Ok(_) => panic!("opened a pool that was never created"),
+    }
+    assert!(!fast.exists() && !cap.exists(), "open left files behind");
+}
