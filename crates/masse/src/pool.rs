@@ -276,7 +276,7 @@ pub(crate) fn create(cfg: &PoolConfig, force: bool) -> Result<Pool> {
         caps,
         _claims: claims,
     };
-    format(&pool, cap_media)?;
+    format(&pool)?;
     Ok(pool)
 }
 
@@ -556,9 +556,9 @@ fn count_bands(
 }
 
 /// Write a new pool's metadata, then its superblocks.
-fn format(pool: &Pool, cap_media: Media) -> Result<()> {
+fn format(pool: &Pool) -> Result<()> {
     blank_metadata(pool)?;
-    write_superblocks(pool, cap_media)
+    write_superblocks(pool)
 }
 
 /// Blank every metadata block we will later trust, so nothing from an earlier
@@ -614,20 +614,21 @@ fn blank_metadata(pool: &Pool) -> Result<()> {
 
 /// Sync every device, then write both superblock copies of each: a device is
 /// a pool member only once everything else is in place.
-fn write_superblocks(pool: &Pool, cap_media: Media) -> Result<()> {
+fn write_superblocks(pool: &Pool) -> Result<()> {
     let created = now_unix();
     let mut sbs = Vec::new();
     if let Some(f) = &pool.fast {
-        sbs.push((f.clone(), Role::Fast, 0u32, f.info().media));
+        sbs.push((f.clone(), Role::Fast, 0u32));
     }
     for (i, c) in pool.caps.iter().enumerate() {
-        sbs.push((
-            c.clone(),
-            Role::Capacity,
-            i as u32,
-            if i == 0 { cap_media } else { c.info().media },
-        ));
+        sbs.push((c.clone(), Role::Capacity, i as u32));
     }
+    // `pool.media` lists the devices in this order, with create's choices.
+    let sbs: Vec<_> = sbs
+        .into_iter()
+        .zip(&pool.media)
+        .map(|((d, r, i), (_, m))| (d, r, i, *m))
+        .collect();
     for (dev, _, _, _) in &sbs {
         sync(dev, "formatting")?;
     }
